@@ -1,0 +1,1 @@
+//! Compute backends: the CPU reference and CUDA (filled in by the CUDA backend work).

@@ -1,0 +1,13 @@
+//! Subcommand implementations. `main.rs` parses; these run. Each returns `anyhow::Result` because
+//! this is the edge of the program where errors become messages for a person.
+
+pub mod bench;
+pub mod cache_sim;
+pub mod parity;
+
+/// What a subcommand that a later piece of work fills in says, so it never pretends to work.
+pub fn not_yet(command: &str, what: &str) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "`streamrecon {command}` is not implemented yet: {what}. Nothing was done."
+    )
+}

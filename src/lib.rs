@@ -1,0 +1,10 @@
+//! streamrecon: a real-time 3D reconstruction viewer around the GCT streaming transformer.
+//!
+//! The library holds everything; `main.rs` only parses the command line. See `docs/` for the
+//! architecture and `README.md` for how to run it.
+
+pub mod attention;
+pub mod backend;
+pub mod cli;
+pub mod kvcache;
+pub mod model;

@@ -1,0 +1,1 @@
+//! The GCT streaming model (filled in by the CPU model work).
