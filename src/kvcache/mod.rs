@@ -1,1 +1,21 @@
-//! kv
+//! The two-stream paged KV cache of the global attention layers.
+//!
+//! * `config`: geometry and residency rules.
+//! * `table`: the bookkeeping (one plan per frame step for every layer; backend-free).
+//! * `plan`: what a step writes and what its attention reads (CSR page table).
+//! * `storage`: host pages `[layer][page][K|V][page_size][heads][head_dim]`.
+//! * `events`: events and stats for the UI and the recorder.
+
+mod config;
+mod error;
+mod events;
+mod plan;
+mod storage;
+mod table;
+
+pub use config::{CacheConfig, SpecialPoolConfig, SpecialPoolFull, StorageDtype};
+pub use error::CacheError;
+pub use events::{CacheEvent, CacheStats, PageState, PatchStream};
+pub use plan::{PagePlan, StepPlan, TokenRun};
+pub use storage::{HostKvStore, KvBuf, KvElem};
+pub use table::{PageTable, StepKind};
