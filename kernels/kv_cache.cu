@@ -1,0 +1,57 @@
+// KV cache data movement: writing a frame step's K/V into its pages, and the dense baseline's
+// per-call concatenation of the visible pages into one contiguous buffer.
+//
+// Layout (see src/backend/cuda/kv.rs): pool [page][K|V][page_size][heads][64] bf16; a step's K and V
+// are [tokens][heads][64] bf16. Everything moves in 16-byte chunks (8 bf16).
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+#define HEAD_DIM 64
+
+// runs[4 r + 0..4] = { src_token, page, slot, len }: tokens [src_token, src_token + len) of k/v go
+// to `page`, slots [slot, slot + len). blockIdx.y = run; grid-stride over that run's chunks.
+extern "C" __global__ void kv_write_runs(const u16* __restrict__ k, const u16* __restrict__ v,
+                                         u16* __restrict__ pool, const u32* __restrict__ runs,
+                                         u32 page_size, u32 heads) {
+    const u32* run = runs + 4 * blockIdx.y;
+    const u32 src_token = run[0], page = run[1], slot = run[2], len = run[3];
+    const u32 chunks_per_token = heads * (HEAD_DIM / 8);
+    const u64 tok_stride = (u64)heads * HEAD_DIM;
+    const u64 v_offset = (u64)page_size * tok_stride;
+    const u64 total = (u64)len * chunks_per_token;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (u64)gridDim.x * blockDim.x) {
+        u32 t = (u32)(i / chunks_per_token);
+        u32 c = (u32)(i % chunks_per_token);
+        u64 src = (u64)(src_token + t) * tok_stride + (u64)c * 8;
+        u64 dst = (u64)page * 2 * v_offset + (u64)(slot + t) * tok_stride + (u64)c * 8;
+        *(uint4*)(pool + dst) = *(const uint4*)(k + src);
+        *(uint4*)(pool + dst + v_offset) = *(const uint4*)(v + src);
+    }
+}
+
+// dense [K|V][kv_len][heads][64] <- the visible pages' valid tokens in attention order, which is
+// exactly one "page" of size kv_len for paged_attention_fwd. blockIdx.y = visible page.
+extern "C" __global__ void kv_gather_dense(const u16* __restrict__ pool, u16* __restrict__ dense,
+                                           const u32* __restrict__ indices,
+                                           const u32* __restrict__ cum, u32 n_pages,
+                                           u32 page_size, u32 heads) {
+    const u32 p = blockIdx.y;
+    const u32 start = cum[p], len = cum[p + 1] - start;
+    const u32 kv_len = cum[n_pages];
+    const u32 chunks_per_token = heads * (HEAD_DIM / 8);
+    const u64 tok_stride = (u64)heads * HEAD_DIM;
+    const u64 v_offset = (u64)page_size * tok_stride;
+    const u64 dense_v = (u64)kv_len * tok_stride;
+    const u64 page_base = (u64)indices[p] * 2 * v_offset;
+    const u64 total = (u64)len * chunks_per_token;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (u64)gridDim.x * blockDim.x) {
+        u64 src = page_base + i * 8;  // slots [0, len) are contiguous in the page
+        u64 dst = (u64)start * tok_stride + i * 8;
+        *(uint4*)(dense + dst) = *(const uint4*)(pool + src);
+        *(uint4*)(dense + dst + dense_v) = *(const uint4*)(pool + src + v_offset);
+    }
+}

@@ -1,0 +1,278 @@
+//! Launching the paged attention kernel (kernels/paged_attention.cu), split-KV sizing, and the dense
+//! baseline that concatenates the visible K/V into one buffer at every call before attending.
+
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
+use half::bf16;
+
+use super::kv::{DeviceKvCache, HEAD_DIM};
+use super::{CudaDevice, CudaError};
+
+/// Query rows per CTA (4 warps x 32 rows) and keys per tile; must match the kernel.
+pub const BLOCK_M: usize = 128;
+pub const BLOCK_N: usize = 64;
+const THREADS: u32 = 128;
+/// Q tile + 2 stages of K and V tiles, bf16.
+const SMEM_BYTES: u32 = ((BLOCK_M * HEAD_DIM + 2 * 2 * BLOCK_N * HEAD_DIM) * 2) as u32;
+/// CTAs of the kernel resident per SM (its __launch_bounds__ minimum; 244 registers x 128 threads).
+const CTAS_PER_SM: usize = 2;
+
+/// How many key splits to use: the largest count that still fits all CTAs in one wave, so a
+/// launch of few query tiles (1005 queries x 16 heads is 128 CTAs) fills the GPU without leaving
+/// a partial second wave. Never more splits than key tiles.
+pub fn choose_splits(q_tiles: usize, heads: usize, kv_tiles: usize, sm_count: usize) -> usize {
+    let base = (q_tiles * heads).max(1);
+    let slots = sm_count * CTAS_PER_SM;
+    (slots / base).clamp(1, kv_tiles.max(1))
+}
+
+/// Scratch for split-KV partial results; grows on demand (size it once up front to keep it fixed).
+pub struct AttentionWorkspace {
+    part_o: CudaSlice<f32>,
+    part_lse: CudaSlice<f32>,
+}
+
+impl AttentionWorkspace {
+    pub fn new(
+        dev: &CudaDevice,
+        lq: usize,
+        heads: usize,
+        max_splits: usize,
+    ) -> Result<Self, CudaError> {
+        let rows = (lq * heads * max_splits).max(1);
+        Ok(Self {
+            part_o: dev.stream.alloc_zeros::<f32>(rows * HEAD_DIM)?,
+            part_lse: dev.stream.alloc_zeros::<f32>(rows)?,
+        })
+    }
+
+    fn reserve(
+        &mut self,
+        dev: &CudaDevice,
+        lq: usize,
+        heads: usize,
+        splits: usize,
+    ) -> Result<(), CudaError> {
+        if self.part_lse.len() < lq * heads * splits {
+            *self = Self::new(dev, lq, heads, splits)?;
+        }
+        Ok(())
+    }
+}
+
+/// The keys of one attention call: a pool in `[page][K|V][page_size][heads][64]` layout and its
+/// page table (device views).
+pub struct PagedKv<'a> {
+    pub pool: CudaView<'a, bf16>,
+    pub page_size: u32,
+    pub indices: CudaView<'a, u32>,
+    pub cum: CudaView<'a, u32>,
+    pub n_pages: u32,
+    pub kv_len: u32,
+}
+
+/// out[lq][heads][64] = softmax(q k^T / sqrt(64)) v over the paged keys. `splits`: None chooses
+/// with [`choose_splits`]. Returns the number of splits used.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention(
+    dev: &CudaDevice,
+    q: &CudaSlice<bf16>,
+    out: &mut CudaSlice<bf16>,
+    kv: &PagedKv<'_>,
+    lq: usize,
+    heads: usize,
+    splits: Option<usize>,
+    ws: &mut AttentionWorkspace,
+) -> Result<usize, CudaError> {
+    let elems = lq * heads * HEAD_DIM;
+    if q.len() < elems || out.len() < elems {
+        return Err(CudaError::Invalid(format!(
+            "q/out hold fewer than {lq} x {heads} x {HEAD_DIM} elements"
+        )));
+    }
+    if lq == 0 {
+        return Ok(0);
+    }
+    if kv.kv_len == 0 {
+        // Nothing to attend to: the reference returns zeros.
+        dev.stream.memset_zeros(out)?;
+        return Ok(0);
+    }
+    let q_tiles = lq.div_ceil(BLOCK_M);
+    let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
+    let wanted = splits
+        .unwrap_or_else(|| choose_splits(q_tiles, heads, kv_tiles, dev.info.sm_count as usize))
+        .clamp(1, kv_tiles);
+    // Every split gets at least one tile.
+    let tiles_per_split = kv_tiles.div_ceil(wanted);
+    let n_splits = kv_tiles.div_ceil(tiles_per_split);
+    ws.reserve(dev, lq, heads, n_splits)?;
+
+    let fwd = dev.kernels.get("paged_attention_fwd")?;
+    fwd.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        SMEM_BYTES as i32,
+    )?;
+    let scale_log2 = (1.0 / (HEAD_DIM as f32).sqrt()) * std::f32::consts::LOG2_E;
+    let (lq32, heads32) = (lq as u32, heads as u32);
+    let (tps32, ns32) = (tiles_per_split as u32, n_splits as u32);
+    let cfg = LaunchConfig {
+        grid_dim: (q_tiles as u32, ns32, heads32),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: SMEM_BYTES,
+    };
+    let mut b = dev.stream.launch_builder(fwd);
+    b.arg(q)
+        .arg(&mut *out)
+        .arg(&mut ws.part_o)
+        .arg(&mut ws.part_lse)
+        .arg(&kv.pool)
+        .arg(&kv.page_size)
+        .arg(&kv.indices)
+        .arg(&kv.cum)
+        .arg(&kv.n_pages)
+        .arg(&lq32)
+        .arg(&heads32)
+        .arg(&tps32)
+        .arg(&ns32)
+        .arg(&scale_log2);
+    // SAFETY: arguments match paged_attention_fwd; sizes checked above; the page table was
+    // validated against the pool when uploaded.
+    unsafe { b.launch(cfg) }?;
+
+    if n_splits > 1 {
+        let combine = dev.kernels.get("attention_combine")?;
+        let threads = lq * heads * (HEAD_DIM / 2);
+        let cfg = LaunchConfig {
+            grid_dim: (threads.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = dev.stream.launch_builder(combine);
+        b.arg(&ws.part_o)
+            .arg(&ws.part_lse)
+            .arg(out)
+            .arg(&lq32)
+            .arg(&heads32)
+            .arg(&ns32);
+        // SAFETY: arguments match attention_combine; the workspace holds n_splits planes.
+        unsafe { b.launch(cfg) }?;
+    }
+    Ok(n_splits)
+}
+
+/// Paged attention over `layer` of a [`DeviceKvCache`] with the page table of its last upload.
+#[allow(clippy::too_many_arguments)]
+pub fn cache_attention(
+    dev: &CudaDevice,
+    cache: &DeviceKvCache,
+    layer: usize,
+    q: &CudaSlice<bf16>,
+    out: &mut CudaSlice<bf16>,
+    lq: usize,
+    splits: Option<usize>,
+    ws: &mut AttentionWorkspace,
+) -> Result<usize, CudaError> {
+    let g = cache.geometry();
+    let kv = PagedKv {
+        pool: cache.pool(layer)?.as_view(),
+        page_size: g.page_size as u32,
+        indices: cache.indices(),
+        cum: cache.cum(),
+        n_pages: cache.n_pages() as u32,
+        kv_len: cache.kv_len(),
+    };
+    paged_attention(dev, q, out, &kv, lq, g.heads, splits, ws)
+}
+
+/// The dense baseline: at every call the visible keys are concatenated into one contiguous
+/// `[K|V][kv_len][heads][64]` buffer (one gather kernel, like `torch.cat` of the per-frame
+/// tensors), then attended as a single page.
+pub struct DenseBaseline {
+    buf: CudaSlice<bf16>,
+    /// `[index 0][cum 0, kv_len]`: the contiguous buffer as one page.
+    table: CudaSlice<u32>,
+    table_kv_len: u32,
+}
+
+impl DenseBaseline {
+    pub fn new(dev: &CudaDevice, max_tokens: usize, heads: usize) -> Result<Self, CudaError> {
+        Ok(Self {
+            buf: dev
+                .stream
+                .alloc_zeros::<bf16>((2 * max_tokens * heads * HEAD_DIM).max(1))?,
+            table: dev.stream.alloc_zeros::<u32>(3)?,
+            table_kv_len: 0,
+        })
+    }
+
+    /// Concatenates `layer`'s visible keys into the contiguous buffer.
+    pub fn concat(
+        &mut self,
+        dev: &CudaDevice,
+        cache: &DeviceKvCache,
+        layer: usize,
+    ) -> Result<(), CudaError> {
+        let g = *cache.geometry();
+        let kv_len = cache.kv_len();
+        if self.buf.len() < 2 * kv_len as usize * g.heads * HEAD_DIM {
+            return Err(CudaError::Invalid(format!(
+                "dense buffer too small for {kv_len} keys"
+            )));
+        }
+        if self.table_kv_len != kv_len {
+            dev.stream
+                .memcpy_htod(&[0u32, 0, kv_len], &mut self.table)?;
+            self.table_kv_len = kv_len;
+        }
+        if cache.n_pages() == 0 {
+            return Ok(());
+        }
+        let f = dev.kernels.get("kv_gather_dense")?;
+        let chunks_per_page = g.page_size * g.heads * HEAD_DIM / 8;
+        let blocks = chunks_per_page.div_ceil(256).clamp(1, 1024) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, cache.n_pages() as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (n_pages, page_size, heads) =
+            (cache.n_pages() as u32, g.page_size as u32, g.heads as u32);
+        let pool = cache.pool(layer)?;
+        let (indices, cum) = (cache.indices(), cache.cum());
+        let mut b = dev.stream.launch_builder(f);
+        b.arg(pool)
+            .arg(&mut self.buf)
+            .arg(&indices)
+            .arg(&cum)
+            .arg(&n_pages)
+            .arg(&page_size)
+            .arg(&heads);
+        // SAFETY: arguments match kv_gather_dense; the buffer holds kv_len tokens (checked).
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Attention over the concatenated buffer (call [`Self::concat`] first).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attend(
+        &self,
+        dev: &CudaDevice,
+        heads: usize,
+        q: &CudaSlice<bf16>,
+        out: &mut CudaSlice<bf16>,
+        lq: usize,
+        splits: Option<usize>,
+        ws: &mut AttentionWorkspace,
+    ) -> Result<usize, CudaError> {
+        let kv = PagedKv {
+            pool: self.buf.as_view(),
+            page_size: self.table_kv_len,
+            indices: self.table.slice(0..1),
+            cum: self.table.slice(1..3),
+            n_pages: 1,
+            kv_len: self.table_kv_len,
+        };
+        paged_attention(dev, q, out, &kv, lq, heads, splits, ws)
+    }
+}

@@ -1,0 +1,80 @@
+//! Probing for CUDA, and the device handle (context, stream, kernels) everything else uses.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaStream, sys::CUdevice_attribute};
+
+use super::CudaError;
+use super::registry::KernelRegistry;
+
+/// What the probe found.
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability as major * 10 + minor (90 for Hopper).
+    pub arch: u32,
+    pub sm_count: u32,
+    pub total_mem: usize,
+}
+
+/// Checks, without panicking, that the driver library loads, a device `ordinal` exists and a
+/// context can be made on it. The error is a sentence for a person.
+pub fn probe(ordinal: usize) -> Result<DeviceInfo, String> {
+    // SAFETY: only tries to dlopen the driver library; nothing is called through it.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(
+            "the NVIDIA driver library (libcuda.so) was not found: no GPU driver on this machine"
+                .into(),
+        );
+    }
+    let count = CudaContext::device_count()
+        .map_err(|e| format!("the CUDA driver did not initialise: {e}"))?;
+    if count <= 0 {
+        return Err("the CUDA driver found no GPU".into());
+    }
+    if ordinal >= count as usize {
+        return Err(format!("GPU {ordinal} requested but only {count} present"));
+    }
+    let ctx = CudaContext::new(ordinal)
+        .map_err(|e| format!("could not create a CUDA context on GPU {ordinal}: {e}"))?;
+    info_of(&ctx).map_err(|e| format!("could not query GPU {ordinal}: {e}"))
+}
+
+fn info_of(ctx: &Arc<CudaContext>) -> Result<DeviceInfo, CudaError> {
+    let (major, minor) = ctx.compute_capability()?;
+    Ok(DeviceInfo {
+        ordinal: ctx.ordinal(),
+        name: ctx.name()?,
+        arch: (major * 10 + minor) as u32,
+        sm_count: ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+            as u32,
+        total_mem: ctx.total_mem()?,
+    })
+}
+
+/// One GPU: its context, the stream all work is queued on, and the loaded kernels.
+pub struct CudaDevice {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub info: DeviceInfo,
+    pub kernels: KernelRegistry,
+}
+
+impl CudaDevice {
+    /// Opens GPU `ordinal` and loads every kernel (prebuilt CUBIN or NVRTC). Errors, never panics,
+    /// when the driver or the GPU is missing.
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        probe(ordinal).map_err(CudaError::Unavailable)?;
+        let ctx = CudaContext::new(ordinal)?;
+        let info = info_of(&ctx)?;
+        let stream = ctx.new_stream()?;
+        let kernels = KernelRegistry::load(&ctx, info.arch)?;
+        Ok(Self {
+            ctx,
+            stream,
+            info,
+            kernels,
+        })
+    }
+}

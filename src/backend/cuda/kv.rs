@@ -1,0 +1,303 @@
+//! Device K/V storage for the paged cache, driven by the host's page bookkeeping.
+//!
+//! Per layer one pool `[page][K|V][page_size][heads][64]` bf16, allocated once (sized by the page
+//! table's `max_pages`). The page table of the current frame step lives in one small device buffer
+//! of u32, shared by all layers and refreshed by exactly one host-to-device copy per step:
+//!
+//! ```text
+//! [ indices: max_pages ][ cum: max_pages + 1 ][ runs: 4 * run_capacity ]
+//! ```
+//! `indices` are the visible pages in attention order, `cum` the prefix sums of their valid
+//! lengths (so padded slots are never attended), `runs` the step's writes
+//! `{src_token, page, slot, len}`.
+
+use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
+use half::bf16;
+
+use super::{CudaDevice, CudaError};
+
+/// Head dimension the kernels are built for.
+pub const HEAD_DIM: usize = 64;
+
+/// Shape of the device pools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvGeometry {
+    pub layers: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub page_size: usize,
+    pub max_pages: usize,
+}
+
+impl KvGeometry {
+    /// Elements of one page (K and V).
+    pub fn page_elems(&self) -> usize {
+        2 * self.page_size * self.heads * self.head_dim
+    }
+
+    /// Elements of one layer's pool.
+    pub fn layer_elems(&self) -> usize {
+        self.max_pages * self.page_elems()
+    }
+
+    fn validate(&self) -> Result<(), CudaError> {
+        if self.head_dim != HEAD_DIM {
+            return Err(CudaError::Invalid(format!(
+                "the CUDA kernels support head_dim {HEAD_DIM}, not {}",
+                self.head_dim
+            )));
+        }
+        if self.layers == 0 || self.heads == 0 || self.page_size == 0 || self.max_pages == 0 {
+            return Err(CudaError::Invalid(format!("empty KV geometry: {self:?}")));
+        }
+        // Kernels index slots and tokens with u32 and elements with u64.
+        if self.page_size > u32::MAX as usize / 2 || self.max_pages > u32::MAX as usize / 2 {
+            return Err(CudaError::Invalid(format!(
+                "KV geometry too large: {self:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One step's page table as the host bookkeeping produces it (`kvcache::StepPlan`).
+#[derive(Debug, Clone, Copy)]
+pub struct PageTableUpload<'a> {
+    /// Visible page ids in attention order.
+    pub indices: &'a [u32],
+    /// Valid tokens of each visible page (padding masked).
+    pub page_lens: &'a [u32],
+    /// The step's writes: `{src_token, page, slot, len}`.
+    pub runs: &'a [[u32; 4]],
+}
+
+/// The paged K/V pools of all layers and the device page table.
+pub struct DeviceKvCache {
+    geometry: KvGeometry,
+    pools: Vec<CudaSlice<bf16>>,
+    table: CudaSlice<u32>,
+    host_table: Vec<u32>,
+    run_capacity: usize,
+    n_pages: usize,
+    n_runs: usize,
+    kv_len: u32,
+}
+
+impl DeviceKvCache {
+    /// Allocates the pools (zeroed) and the page table. `run_capacity` bounds the writes of one
+    /// step; it grows on demand, but sizing it up front keeps the table buffer fixed (graphs).
+    pub fn new(
+        dev: &CudaDevice,
+        geometry: KvGeometry,
+        run_capacity: usize,
+    ) -> Result<Self, CudaError> {
+        geometry.validate()?;
+        let pools = (0..geometry.layers)
+            .map(|_| dev.stream.alloc_zeros::<bf16>(geometry.layer_elems()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let run_capacity = run_capacity.max(1);
+        let len = Self::table_len(geometry.max_pages, run_capacity);
+        Ok(Self {
+            geometry,
+            pools,
+            table: dev.stream.alloc_zeros::<u32>(len)?,
+            host_table: vec![0; len],
+            run_capacity,
+            n_pages: 0,
+            n_runs: 0,
+            kv_len: 0,
+        })
+    }
+
+    fn table_len(max_pages: usize, run_capacity: usize) -> usize {
+        max_pages + (max_pages + 1) + 4 * run_capacity
+    }
+
+    pub fn geometry(&self) -> &KvGeometry {
+        &self.geometry
+    }
+
+    /// Keys visible to this step's attention.
+    pub fn kv_len(&self) -> u32 {
+        self.kv_len
+    }
+
+    pub fn n_pages(&self) -> usize {
+        self.n_pages
+    }
+
+    pub fn pool(&self, layer: usize) -> Result<&CudaSlice<bf16>, CudaError> {
+        self.pools
+            .get(layer)
+            .ok_or_else(|| CudaError::Invalid(format!("layer {layer} out of range")))
+    }
+
+    pub fn pool_mut(&mut self, layer: usize) -> Result<&mut CudaSlice<bf16>, CudaError> {
+        self.pools
+            .get_mut(layer)
+            .ok_or_else(|| CudaError::Invalid(format!("layer {layer} out of range")))
+    }
+
+    /// Device view of the visible page ids.
+    pub fn indices(&self) -> CudaView<'_, u32> {
+        self.table.slice(0..self.geometry.max_pages)
+    }
+
+    /// Device view of the prefix sums of the visible pages' lengths (`n_pages + 1` used).
+    pub fn cum(&self) -> CudaView<'_, u32> {
+        let m = self.geometry.max_pages;
+        self.table.slice(m..2 * m + 1)
+    }
+
+    fn runs(&self) -> CudaView<'_, u32> {
+        let m = self.geometry.max_pages;
+        self.table.slice(2 * m + 1..)
+    }
+
+    /// Validates a step's table against the geometry and copies it to the device in one
+    /// host-to-device copy.
+    pub fn upload(&mut self, dev: &CudaDevice, step: PageTableUpload<'_>) -> Result<(), CudaError> {
+        let g = self.geometry;
+        if step.indices.len() != step.page_lens.len() {
+            return Err(CudaError::Invalid(format!(
+                "{} page ids but {} page lengths",
+                step.indices.len(),
+                step.page_lens.len()
+            )));
+        }
+        if step.indices.len() > g.max_pages {
+            return Err(CudaError::Invalid(format!(
+                "{} visible pages exceed the pool's {} pages",
+                step.indices.len(),
+                g.max_pages
+            )));
+        }
+        if let Some(&p) = step.indices.iter().find(|&&p| p as usize >= g.max_pages) {
+            return Err(CudaError::Invalid(format!(
+                "page id {p} >= max_pages {}",
+                g.max_pages
+            )));
+        }
+        if let Some(&l) = step.page_lens.iter().find(|&&l| l as usize > g.page_size) {
+            return Err(CudaError::Invalid(format!(
+                "page length {l} > page size {}",
+                g.page_size
+            )));
+        }
+        for r in step.runs {
+            let [_, page, slot, len] = *r;
+            if page as usize >= g.max_pages || slot as usize + len as usize > g.page_size {
+                return Err(CudaError::Invalid(format!(
+                    "write run {r:?} outside the pool"
+                )));
+            }
+        }
+        if step.runs.len() > self.run_capacity {
+            self.run_capacity = step.runs.len().next_power_of_two();
+            let len = Self::table_len(g.max_pages, self.run_capacity);
+            self.table = dev.stream.alloc_zeros::<u32>(len)?;
+            self.host_table = vec![0; len];
+        }
+
+        let m = g.max_pages;
+        self.host_table[..step.indices.len()].copy_from_slice(step.indices);
+        let mut total: u64 = 0;
+        self.host_table[m] = 0;
+        for (i, &l) in step.page_lens.iter().enumerate() {
+            total += l as u64;
+            self.host_table[m + 1 + i] = total as u32;
+        }
+        if total > u32::MAX as u64 {
+            return Err(CudaError::Invalid(format!(
+                "{total} visible keys overflow u32"
+            )));
+        }
+        for (i, r) in step.runs.iter().enumerate() {
+            self.host_table[2 * m + 1 + 4 * i..2 * m + 1 + 4 * i + 4].copy_from_slice(r);
+        }
+        dev.stream.memcpy_htod(&self.host_table, &mut self.table)?;
+        self.n_pages = step.indices.len();
+        self.n_runs = step.runs.len();
+        self.kv_len = total as u32;
+        Ok(())
+    }
+
+    /// Writes this step's K and V (`[tokens][heads][64]` bf16) of `layer` into their pages, per the
+    /// runs of the last upload. `tokens` is the number of rows in `k`/`v`.
+    pub fn write_layer(
+        &mut self,
+        dev: &CudaDevice,
+        layer: usize,
+        k: &CudaSlice<bf16>,
+        v: &CudaSlice<bf16>,
+        tokens: usize,
+    ) -> Result<(), CudaError> {
+        if self.n_runs == 0 {
+            return Ok(());
+        }
+        let g = self.geometry;
+        let row = g.heads * g.head_dim;
+        if k.len() < tokens * row || v.len() < tokens * row {
+            return Err(CudaError::Invalid(
+                "k/v shorter than tokens x heads x head_dim".into(),
+            ));
+        }
+        let n = self.n_runs;
+        let host_runs = &self.host_table[2 * g.max_pages + 1..2 * g.max_pages + 1 + 4 * n];
+        if let Some(r) = host_runs
+            .chunks(4)
+            .find(|r| r[0] as usize + r[3] as usize > tokens)
+        {
+            return Err(CudaError::Invalid(format!(
+                "write run {r:?} reads past {tokens} tokens"
+            )));
+        }
+        let longest = host_runs
+            .chunks(4)
+            .map(|r| r[3] as usize)
+            .max()
+            .unwrap_or(0);
+        let chunks = longest * row / 8;
+        let threads = 256u32;
+        let blocks = chunks.div_ceil(threads as usize).clamp(1, 4096) as u32;
+        let (page_size, heads) = (g.page_size as u32, g.heads as u32);
+        let f = dev.kernels.get("kv_write_runs")?;
+        let runs = self.table.slice(2 * g.max_pages + 1..);
+        let pool = self
+            .pools
+            .get_mut(layer)
+            .ok_or_else(|| CudaError::Invalid(format!("layer {layer} out of range")))?;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, n as u32, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = dev.stream.launch_builder(f);
+        b.arg(k)
+            .arg(v)
+            .arg(pool)
+            .arg(&runs)
+            .arg(&page_size)
+            .arg(&heads);
+        // SAFETY: argument list matches kv_write_runs; runs were validated against the pool and
+        // the token count above.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// The runs of the last upload, as the device sees them (tests).
+    pub fn download_runs(&self, dev: &CudaDevice) -> Result<Vec<u32>, CudaError> {
+        let all = dev.stream.clone_dtoh(&self.runs())?;
+        Ok(all[..4 * self.n_runs].to_vec())
+    }
+
+    /// The visible page ids and prefix sums of the last upload, as the device sees them (tests).
+    pub fn download_table(&self, dev: &CudaDevice) -> Result<(Vec<u32>, Vec<u32>), CudaError> {
+        let idx = dev.stream.clone_dtoh(&self.indices())?;
+        let cum = dev.stream.clone_dtoh(&self.cum())?;
+        Ok((
+            idx[..self.n_pages].to_vec(),
+            cum[..self.n_pages + 1].to_vec(),
+        ))
+    }
+}

@@ -1,0 +1,19 @@
+//! The CUDA backend over cudarc with dynamic loading: the binary builds and runs without CUDA, and
+//! every entry point probes for the libraries before touching them (cudarc panics otherwise).
+//!
+//! - [`device`]: probing, the context and its stream, launch helpers.
+//! - [`registry`]: `kernels/*.cu`, as CUBIN built by build.rs or compiled by [`nvrtc`] at run time.
+//! - [`kv`]: the paged K/V pools and the device page table, driven by the host's page plan.
+//! - [`attention`]: the paged attention kernel, split-KV, and the dense (concatenating) baseline.
+
+pub mod attention;
+pub mod device;
+mod error;
+pub mod kv;
+pub mod nvrtc;
+pub mod registry;
+
+pub use attention::{AttentionWorkspace, DenseBaseline, choose_splits};
+pub use device::{CudaDevice, DeviceInfo, probe};
+pub use error::CudaError;
+pub use kv::{DeviceKvCache, KvGeometry, PageTableUpload};

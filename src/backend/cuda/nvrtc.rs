@@ -1,0 +1,151 @@
+//! Run-time compilation of `kernels/*.cu` with NVRTC, straight to CUBIN for the GPU's
+//! architecture, cached on disk keyed by a hash of (source, architecture, options, NVRTC version),
+//! so a kernel is compiled once per machine and not at every start.
+
+use std::ffi::{CString, c_char, c_int};
+use std::path::PathBuf;
+
+use cudarc::nvrtc::{result, sys};
+
+use super::CudaError;
+
+/// Options every kernel is compiled with (also part of the cache key).
+const OPTIONS: &[&str] = &["-std=c++17", "-default-device"];
+
+/// Whether libnvrtc can be loaded (cudarc panics on first use otherwise).
+pub fn available() -> Result<(), String> {
+    // SAFETY: only tries to dlopen the library.
+    if unsafe { sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err("libnvrtc.so was not found: put CUDA's lib directory on LD_LIBRARY_PATH (e.g. eval \"$(tools/cuda-toolchain)\")".into())
+    }
+}
+
+/// NVRTC's (major, minor) version.
+pub fn version() -> Result<(i32, i32), CudaError> {
+    available().map_err(CudaError::NvrtcUnavailable)?;
+    let (mut major, mut minor): (c_int, c_int) = (0, 0);
+    // SAFETY: two out-pointers to live locals.
+    let rc = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
+    rc.result()
+        .map_err(|e| CudaError::NvrtcUnavailable(format!("nvrtcVersion failed: {e:?}")))?;
+    Ok((major, minor))
+}
+
+/// Compiles `source` (file stem `name`) to a CUBIN for `sm_{arch}`; no cache.
+pub fn compile_cubin(name: &str, source: &str, arch: u32) -> Result<Vec<u8>, CudaError> {
+    available().map_err(CudaError::NvrtcUnavailable)?;
+    let fail = |log: String| CudaError::Compile {
+        kernel: name.to_owned(),
+        arch,
+        log,
+    };
+    let src = CString::new(source).map_err(|_| fail("source contains a NUL byte".into()))?;
+    let file = CString::new(format!("{name}.cu")).map_err(|_| fail("bad name".into()))?;
+    let prog = result::create_program(&src, Some(&file)).map_err(|e| fail(format!("{e:?}")))?;
+    let mut options: Vec<String> = OPTIONS.iter().map(|s| s.to_string()).collect();
+    options.push(format!("--gpu-architecture=sm_{arch}"));
+    // SAFETY: `prog` is live until destroy_program below; the options outlive the call.
+    let compiled = unsafe { result::compile_program(prog, &options) };
+    let outcome = match compiled {
+        Ok(()) => cubin_of(prog).map_err(|e| fail(format!("nvrtcGetCUBIN: {e:?}"))),
+        Err(e) => {
+            // SAFETY: `prog` is live.
+            let log = unsafe { result::get_program_log(prog) }
+                .map(|raw| c_chars_to_string(&raw))
+                .unwrap_or_default();
+            Err(fail(format!("{e:?}\n{log}")))
+        }
+    };
+    // SAFETY: created above, destroyed once.
+    let _ = unsafe { result::destroy_program(prog) };
+    outcome
+}
+
+fn cubin_of(prog: sys::nvrtcProgram) -> Result<Vec<u8>, sys::nvrtcResult> {
+    let mut size = 0usize;
+    // SAFETY: `prog` compiled successfully; the buffer has the size NVRTC reported.
+    unsafe {
+        let rc = sys::nvrtcGetCUBINSize(prog, &mut size);
+        if rc != sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(rc);
+        }
+        let mut buf = vec![0u8; size];
+        let rc = sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char);
+        if rc != sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(rc);
+        }
+        Ok(buf)
+    }
+}
+
+fn c_chars_to_string(raw: &[c_char]) -> String {
+    let bytes: Vec<u8> = raw
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Compiles with the on-disk cache: `$STREAMRECON_KERNEL_CACHE`, else `$XDG_CACHE_HOME` or
+/// `~/.cache`, under `streamrecon/kernels/`. A cache that cannot be read or written is skipped,
+/// never fatal.
+pub fn compile_cached(name: &str, source: &str, arch: u32) -> Result<Vec<u8>, CudaError> {
+    let (major, minor) = version()?;
+    let key = fnv1a64(
+        [
+            source.as_bytes(),
+            &arch.to_le_bytes(),
+            OPTIONS.join(" ").as_bytes(),
+            &major.to_le_bytes(),
+            &minor.to_le_bytes(),
+        ]
+        .into_iter(),
+    );
+    let path = cache_dir().map(|d| d.join(format!("{name}-sm_{arch}-{key:016x}.cubin")));
+    if let Some(p) = &path
+        && let Ok(bytes) = std::fs::read(p)
+        && !bytes.is_empty()
+    {
+        return Ok(bytes);
+    }
+    let cubin = compile_cubin(name, source, arch)?;
+    if let Some(p) = &path {
+        // Write then rename, so a concurrent reader never sees half a file.
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        if p.parent()
+            .is_some_and(|d| std::fs::create_dir_all(d).is_ok())
+            && std::fs::write(&tmp, &cubin).is_ok()
+        {
+            let _ = std::fs::rename(&tmp, p);
+        }
+    }
+    Ok(cubin)
+}
+
+fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("STREAMRECON_KERNEL_CACHE") {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("streamrecon").join("kernels"))
+}
+
+/// FNV-1a, 64 bit: a hash that is stable across Rust releases (std's DefaultHasher is not).
+fn fnv1a64<'a>(parts: impl Iterator<Item = &'a [u8]>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in part {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // Separate the parts so ("ab","c") and ("a","bc") differ.
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}

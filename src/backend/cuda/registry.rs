@@ -1,0 +1,101 @@
+//! The kernels of `kernels/*.cu`, loaded into a context: CUBIN that build.rs made with nvcc when
+//! it matches the GPU's architecture, else NVRTC at run time (cached on disk).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
+use cudarc::nvrtc::Ptx;
+
+use super::{CudaError, nvrtc};
+
+mod prebuilt {
+    include!(concat!(env!("OUT_DIR"), "/prebuilt_kernels.rs"));
+}
+
+/// One kernel source file and the entry points it defines.
+pub struct KernelSource {
+    /// File stem in `kernels/`.
+    pub name: &'static str,
+    pub source: &'static str,
+    pub functions: &'static [&'static str],
+}
+
+/// Every kernel file of the crate. The NVRTC test compiles each of them.
+pub const SOURCES: &[KernelSource] = &[
+    KernelSource {
+        name: "paged_attention",
+        source: include_str!("../../../kernels/paged_attention.cu"),
+        functions: &["paged_attention_fwd", "attention_combine"],
+    },
+    KernelSource {
+        name: "kv_cache",
+        source: include_str!("../../../kernels/kv_cache.cu"),
+        functions: &["kv_write_runs", "kv_gather_dense"],
+    },
+    KernelSource {
+        name: "util",
+        source: include_str!("../../../kernels/util.cu"),
+        functions: &["fill_random_bf16"],
+    },
+];
+
+/// How a module got its machine code (reported by `bench`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Nvcc,
+    Nvrtc,
+}
+
+/// The prebuilt CUBIN of `name` for `arch`, if build.rs made one.
+pub fn prebuilt(name: &str, arch: u32) -> Option<&'static [u8]> {
+    prebuilt::PREBUILT
+        .iter()
+        .find(|(n, a, _)| *n == name && *a == arch)
+        .map(|(_, _, bytes)| *bytes)
+}
+
+/// Loaded kernels by entry-point name.
+pub struct KernelRegistry {
+    functions: HashMap<&'static str, CudaFunction>,
+    origins: Vec<(&'static str, Origin)>,
+    _modules: Vec<Arc<CudaModule>>,
+}
+
+impl KernelRegistry {
+    pub fn load(ctx: &Arc<CudaContext>, arch: u32) -> Result<Self, CudaError> {
+        let mut functions = HashMap::new();
+        let mut origins = Vec::new();
+        let mut modules = Vec::new();
+        for src in SOURCES {
+            let (cubin, origin) = match prebuilt(src.name, arch) {
+                Some(bytes) => (bytes.to_vec(), Origin::Nvcc),
+                None => (
+                    nvrtc::compile_cached(src.name, src.source, arch)?,
+                    Origin::Nvrtc,
+                ),
+            };
+            let module = ctx.load_module(Ptx::from_binary(cubin))?;
+            for f in src.functions {
+                functions.insert(*f, module.load_function(f)?);
+            }
+            origins.push((src.name, origin));
+            modules.push(module);
+        }
+        Ok(Self {
+            functions,
+            origins,
+            _modules: modules,
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Result<&CudaFunction, CudaError> {
+        self.functions
+            .get(name)
+            .ok_or_else(|| CudaError::UnknownKernel(name.to_owned()))
+    }
+
+    pub fn origins(&self) -> &[(&'static str, Origin)] {
+        &self.origins
+    }
+}
