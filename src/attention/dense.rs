@@ -28,7 +28,7 @@ pub struct DenseLayer {
     pub special_frames: Vec<u64>,
     /// What the step in progress changed, so it can be undone.
     pushed_this_step: usize,
-    evicted_this_step: Vec<DenseFrame>,
+    evicted_this_step: Vec<(usize, DenseFrame)>,
     specials_added_this_step: usize,
 }
 
@@ -101,10 +101,12 @@ impl DenseKvStore {
                 let at = (frame - step_frames.start) as usize * tpf * te;
                 entry.special_k.extend_from_f32(&k[at..at + specials]);
                 entry.special_v.extend_from_f32(&v[at..at + specials]);
-            } else if let Some(old) = entry.frames.pop_front() {
+            } else if let Some(at) = entry.frames.iter().position(|f| f.frame == frame)
+                && let Some(old) = entry.frames.remove(at)
+            {
                 entry.special_k.extend_from_buf(&old.k, 0..specials);
                 entry.special_v.extend_from_buf(&old.v, 0..specials);
-                entry.evicted_this_step.push(old);
+                entry.evicted_this_step.push((at, old));
             }
             entry.special_frames.push(frame);
             entry.specials_added_this_step += specials;
@@ -150,8 +152,8 @@ impl DenseKvStore {
                 layer.specials_added_this_step / (self.special_tokens * self.token_elems).max(1);
             let kept_groups = layer.special_frames.len() - groups;
             layer.special_frames.truncate(kept_groups);
-            for old in layer.evicted_this_step.drain(..).rev() {
-                layer.frames.push_front(old);
+            for (at, old) in layer.evicted_this_step.drain(..).rev() {
+                layer.frames.insert(at, old);
             }
             layer.pushed_this_step = 0;
             layer.specials_added_this_step = 0;

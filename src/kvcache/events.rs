@@ -60,7 +60,7 @@ pub struct CacheStats {
     pub max_pages: usize,
     pub bytes_allocated: u64,
     pub bytes_resident: u64,
-    /// Tokens the last step's attention read (padding excluded).
+    /// Tokens resident for attention now (padding excluded).
     pub tokens_visible: u64,
     pub frames_committed: u64,
     pub live_frames: usize,

@@ -537,7 +537,9 @@ impl PageTable {
             max_pages: self.max_pages(),
             bytes_allocated: allocated_pages as u64 * page_bytes,
             bytes_resident: used as u64 * page_bytes,
-            tokens_visible: self.step.plan.kv_tokens(),
+            tokens_visible: (scale_pages + window_pages) as u64 / per_frame as u64
+                * self.cfg.patches_per_frame as u64
+                + self.live_special_tokens(),
             frames_committed: self.state.committed,
             live_frames: self.state.scale.len() + self.state.window.len(),
             special_tokens: self.live_special_tokens(),
