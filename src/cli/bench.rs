@@ -1,11 +1,474 @@
 //! `streamrecon bench`: timing runs that print JSON and a short table.
+//!
+//! `bench attention` times one global-attention layer at the shapes of docs/performance.md
+//! (1005 queries, 16 heads x 64, keys = live frames x 999 patches + 6 specials per frame seen),
+//! paged (our kernel over the real `PageTable` plan) against the dense baseline (concatenate the
+//! visible K/V at every call, then attend), with the relative error of each against an f64-
+//! accumulating host reference on sampled query rows. Needs a CUDA GPU; without one it says why
+//! and fails.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use half::bf16;
+use serde::Serialize;
+
+use crate::backend::cuda::attention::cache_attention;
+use crate::backend::cuda::{
+    AttentionWorkspace, CudaDevice, CudaError, DenseBaseline, DeviceKvCache, KvGeometry,
+};
+use crate::backend::reference::{HostPagedKv, paged_attention_rows, relative_error};
+use crate::kvcache::{CacheConfig, PageTable, StepKind, StorageDtype};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchWhat {
+    /// One global-attention layer, paged vs dense, at the performance.md shapes.
+    Attention,
+    /// The whole model per frame (not implemented yet).
+    E2e,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// What to time: `attention` or `e2e`.
-    pub what: String,
+    /// What to time.
+    #[arg(value_enum)]
+    pub what: BenchWhat,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Cases as live/seen frame counts, comma separated.
+    #[arg(long, default_value = "8/8,24/24,72/72,72/1000,72/10000")]
+    pub cases: String,
+    /// Timed repetitions per measurement (the median is reported).
+    #[arg(long, default_value_t = 50)]
+    pub iters: usize,
+    /// Untimed repetitions before timing.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Force the number of key splits (default: chosen to fill the GPU in one wave).
+    #[arg(long)]
+    pub splits: Option<usize>,
+    /// Split counts to sweep on the 72/72 case (comma separated; empty for none).
+    #[arg(long, default_value = "1,2,3,4,6,8")]
+    pub sweep_splits: String,
+    /// Query rows checked against the host reference per case.
+    #[arg(long, default_value_t = 24)]
+    pub check_rows: usize,
+    /// Tokens per page; default exact pages (= patches per frame, 999).
+    #[arg(long)]
+    pub page_size: Option<usize>,
+    /// GPU ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
 }
 
-pub fn run(_args: BenchArgs) -> anyhow::Result<()> {
-    super::not_yet("bench", "the GPU benchmarks arrive with the CUDA backend issue")
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.what {
+        BenchWhat::Attention => attention(&args),
+        BenchWhat::E2e => bail!(
+            "`streamrecon bench e2e` is not implemented: the end-to-end benchmark arrives with the full model on the GPU. Nothing was timed."
+        ),
+    }
+}
+
+// The model's geometry at 518x378 (docs/gct-model.md).
+const HEADS: usize = 16;
+const HEAD_DIM: usize = 64;
+const PATCHES: usize = 999;
+const SPECIALS: usize = 6;
+const SCALE_FRAMES: usize = 8;
+const WINDOW: usize = 64;
+const LQ: usize = PATCHES + SPECIALS;
+/// Uniform data in [-2, 2): logits with a standard deviation near 1.3, a softmax that is neither
+/// flat nor one-hot.
+const DATA_SCALE: f32 = 2.0;
+
+#[derive(Debug, Serialize)]
+struct CaseResult {
+    live_frames: usize,
+    frames_seen: u64,
+    lq: usize,
+    lkv: u32,
+    heads: usize,
+    head_dim: usize,
+    page_size: usize,
+    visible_pages: usize,
+    splits: usize,
+    paged_ms: f64,
+    paged_tflops: f64,
+    dense_concat_ms: f64,
+    dense_concat_tflops: f64,
+    dense_attention_only_ms: f64,
+    dense_attention_only_tflops: f64,
+    kv_write_ms: f64,
+    host_upload_us: f64,
+    paged_rel_err: f64,
+    dense_rel_err: f64,
+    checked_rows: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct SweepPoint {
+    splits_requested: usize,
+    splits_used: usize,
+    paged_ms: f64,
+    paged_tflops: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    device: String,
+    arch: u32,
+    sm_count: u32,
+    kernels: Vec<(String, String)>,
+    iters: usize,
+    cases: Vec<CaseResult>,
+    sweep_72_72: Vec<SweepPoint>,
+}
+
+fn parse_cases(s: &str) -> anyhow::Result<Vec<(usize, u64)>> {
+    s.split(',')
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| {
+            let (l, f) = c
+                .trim()
+                .split_once('/')
+                .with_context(|| format!("case `{c}` is not live/seen"))?;
+            let live: usize = l.parse().with_context(|| format!("bad live count in `{c}`"))?;
+            let seen: u64 = f.parse().with_context(|| format!("bad seen count in `{c}`"))?;
+            if seen == 0 || live as u64 > seen || live > SCALE_FRAMES + WINDOW {
+                bail!("case `{c}`: need 0 < live <= seen and live <= {}", SCALE_FRAMES + WINDOW);
+            }
+            if live as u64 != seen.min((SCALE_FRAMES + WINDOW) as u64) {
+                bail!(
+                    "case `{c}`: with {SCALE_FRAMES} scale frames and a window of {WINDOW}, {seen} frames seen leave {} live",
+                    seen.min((SCALE_FRAMES + WINDOW) as u64)
+                );
+            }
+            Ok((live, seen))
+        })
+        .collect()
+}
+
+fn parse_list(s: &str) -> anyhow::Result<Vec<usize>> {
+    s.split(',')
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| {
+            c.trim()
+                .parse()
+                .with_context(|| format!("bad number `{c}`"))
+        })
+        .collect()
+}
+
+fn tflops(lkv: u32, ms: f64) -> f64 {
+    4.0 * LQ as f64 * lkv as f64 * (HEADS * HEAD_DIM) as f64 / (ms * 1e-3) / 1e12
+}
+
+fn median(mut v: Vec<f32>) -> f64 {
+    v.sort_by(f32::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f32::NAN) as f64
+}
+
+/// Runs `f` `warmup` times, then `iters` times back to back with an event between runs (no host
+/// sync in between, so launch gaps stay hidden); returns each run's milliseconds.
+fn time_runs(
+    dev: &CudaDevice,
+    warmup: usize,
+    iters: usize,
+    mut f: impl FnMut() -> Result<(), CudaError>,
+) -> anyhow::Result<Vec<f32>> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let events = (0..=iters)
+        .map(|_| dev.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))
+        .collect::<Result<Vec<_>, _>>()?;
+    events[0].record(&dev.stream)?;
+    for e in &events[1..] {
+        f()?;
+        e.record(&dev.stream)?;
+    }
+    dev.stream.synchronize()?;
+    events
+        .windows(2)
+        .map(|w| Ok(w[0].elapsed_ms(&w[1])?))
+        .collect()
+}
+
+fn fill_random(dev: &CudaDevice, buf: &mut CudaSlice<bf16>, seed: u64) -> Result<(), CudaError> {
+    let f = dev.kernels.get("fill_random_bf16")?;
+    let n = buf.len() as u64;
+    let cfg = LaunchConfig {
+        grid_dim: (dev.info.sm_count * 8, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&mut *buf).arg(&n).arg(&seed).arg(&DATA_SCALE);
+    // SAFETY: arguments match fill_random_bf16; n is the buffer's length.
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}
+
+/// Query rows to check: evenly spaced, always including the first and the last.
+fn sample_rows(n: usize, count: usize) -> Vec<usize> {
+    let count = count.clamp(1, n);
+    let mut rows: Vec<usize> = (0..count)
+        .map(|i| {
+            if count == 1 {
+                0
+            } else {
+                i * (n - 1) / (count - 1)
+            }
+        })
+        .collect();
+    rows.dedup();
+    rows
+}
+
+fn to_f32_rows(out: &[bf16], rows: &[usize]) -> Vec<f32> {
+    let row = HEADS * HEAD_DIM;
+    rows.iter()
+        .flat_map(|&r| out[r * row..(r + 1) * row].iter().map(|x| x.to_f32()))
+        .collect()
+}
+
+fn attention(args: &BenchArgs) -> anyhow::Result<()> {
+    let cases = parse_cases(&args.cases)?;
+    let sweep = parse_list(&args.sweep_splits)?;
+    let dev = CudaDevice::open(args.device).context("`bench attention` needs a CUDA GPU")?;
+    eprintln!(
+        "device: {} (sm_{}, {} SMs); kernels: {:?}",
+        dev.info.name,
+        dev.info.arch,
+        dev.info.sm_count,
+        dev.kernels.origins()
+    );
+    let iters = args.iters.max(1);
+    let mut results = Vec::new();
+    let mut sweep_points = Vec::new();
+    for &(live, seen) in &cases {
+        let r = attention_case(
+            &dev,
+            args,
+            live,
+            seen,
+            iters,
+            if live == 72 && seen == 72 {
+                &sweep
+            } else {
+                &[]
+            },
+            &mut sweep_points,
+        )
+        .with_context(|| format!("case {live}/{seen}"))?;
+        eprintln!("{}", serde_json::to_string(&r)?);
+        results.push(r);
+    }
+    let report = Report {
+        device: dev.info.name.clone(),
+        arch: dev.info.arch,
+        sm_count: dev.info.sm_count,
+        kernels: dev
+            .kernels
+            .origins()
+            .iter()
+            .map(|(n, o)| (n.to_string(), format!("{o:?}")))
+            .collect(),
+        iters,
+        cases: results,
+        sweep_72_72: sweep_points,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("{json}");
+    print_table(&report);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_case(
+    dev: &CudaDevice,
+    args: &BenchArgs,
+    live: usize,
+    seen: u64,
+    iters: usize,
+    sweep: &[usize],
+    sweep_points: &mut Vec<SweepPoint>,
+) -> anyhow::Result<CaseResult> {
+    // The real bookkeeping: commit seen - 1 keyframes, then plan the step of the last one.
+    let mut cfg = CacheConfig::new(1, HEADS, HEAD_DIM, PATCHES, SCALE_FRAMES, WINDOW);
+    cfg.page_size = args.page_size;
+    cfg.dtype = StorageDtype::Bf16;
+    cfg.special_pool.max_frames = cfg.special_pool.max_frames.max(seen);
+    let mut table = PageTable::new(cfg)?;
+    for f in 0..seen - 1 {
+        table.begin_step(f..f + 1, StepKind::Keyframe)?;
+        table.end_step()?;
+    }
+    let step = table
+        .begin_step(seen - 1..seen, StepKind::Keyframe)?
+        .clone();
+    let geometry = KvGeometry::for_table(&table);
+    let mut cache = DeviceKvCache::new(dev, geometry, 16)?;
+
+    let t = std::time::Instant::now();
+    let uploads = 20;
+    for _ in 0..uploads {
+        cache.upload_step(dev, &step)?;
+    }
+    dev.stream.synchronize()?;
+    let host_upload_us = t.elapsed().as_secs_f64() * 1e6 / uploads as f64;
+    let lkv = cache.kv_len();
+
+    // Random pool, queries and this step's K/V.
+    fill_random(dev, cache.pool_mut(0)?, 1)?;
+    let elems = LQ * HEADS * HEAD_DIM;
+    let mut q = dev.stream.alloc_zeros::<bf16>(elems)?;
+    fill_random(dev, &mut q, 2)?;
+    let mut k_new = dev.stream.alloc_zeros::<bf16>(elems)?;
+    let mut v_new = dev.stream.alloc_zeros::<bf16>(elems)?;
+    fill_random(dev, &mut k_new, 3)?;
+    fill_random(dev, &mut v_new, 4)?;
+    cache.write_layer(dev, 0, &k_new, &v_new, LQ)?;
+
+    let kv_write = time_runs(dev, args.warmup, iters, || {
+        cache.write_layer(dev, 0, &k_new, &v_new, LQ)
+    })?;
+
+    let mut ws = AttentionWorkspace::new(dev, LQ, HEADS, 16)?;
+    let mut out_paged = dev.stream.alloc_zeros::<bf16>(elems)?;
+    let mut splits_used = 0;
+    let paged = time_runs(dev, args.warmup, iters, || {
+        splits_used =
+            cache_attention(dev, &cache, 0, &q, &mut out_paged, LQ, args.splits, &mut ws)?;
+        Ok(())
+    })?;
+
+    for &s in sweep {
+        let mut used = 0;
+        let times = time_runs(dev, args.warmup, iters, || {
+            used = cache_attention(dev, &cache, 0, &q, &mut out_paged, LQ, Some(s), &mut ws)?;
+            Ok(())
+        })?;
+        let ms = median(times);
+        sweep_points.push(SweepPoint {
+            splits_requested: s,
+            splits_used: used,
+            paged_ms: ms,
+            paged_tflops: tflops(lkv, ms),
+        });
+    }
+    // Leave out_paged holding the default-split result for the error check.
+    cache_attention(dev, &cache, 0, &q, &mut out_paged, LQ, args.splits, &mut ws)?;
+
+    let mut dense = DenseBaseline::new(dev, lkv as usize, HEADS)?;
+    let mut out_dense = dev.stream.alloc_zeros::<bf16>(elems)?;
+    let dense_concat = time_runs(dev, args.warmup, iters, || {
+        dense.concat(dev, &cache, 0)?;
+        dense.attend(dev, HEADS, &q, &mut out_dense, LQ, args.splits, &mut ws)?;
+        Ok(())
+    })?;
+    let dense_only = time_runs(dev, args.warmup, iters, || {
+        dense.attend(dev, HEADS, &q, &mut out_dense, LQ, args.splits, &mut ws)?;
+        Ok(())
+    })?;
+
+    // Error against the host reference on sampled rows.
+    let rows = sample_rows(LQ, args.check_rows);
+    let pool_host = dev.stream.clone_dtoh(cache.pool(0)?)?;
+    let q_host = dev.stream.clone_dtoh(&q)?;
+    let paged_host = dev.stream.clone_dtoh(&out_paged)?;
+    let dense_host = dev.stream.clone_dtoh(&out_dense)?;
+    let reference = paged_attention_rows(
+        &q_host,
+        &HostPagedKv {
+            pool: &pool_host,
+            page_size: geometry.page_size,
+            heads: HEADS,
+            head_dim: HEAD_DIM,
+            indices: &step.plan.indices,
+            page_lens: &step.plan.page_lens,
+        },
+        &rows,
+    );
+    let paged_rel_err = relative_error(&to_f32_rows(&paged_host, &rows), &reference);
+    let dense_rel_err = relative_error(&to_f32_rows(&dense_host, &rows), &reference);
+
+    let (paged_ms, dense_ms, dense_only_ms) =
+        (median(paged), median(dense_concat), median(dense_only));
+    Ok(CaseResult {
+        live_frames: live,
+        frames_seen: seen,
+        lq: LQ,
+        lkv,
+        heads: HEADS,
+        head_dim: HEAD_DIM,
+        page_size: geometry.page_size,
+        visible_pages: step.plan.indices.len(),
+        splits: splits_used,
+        paged_ms,
+        paged_tflops: tflops(lkv, paged_ms),
+        dense_concat_ms: dense_ms,
+        dense_concat_tflops: tflops(lkv, dense_ms),
+        dense_attention_only_ms: dense_only_ms,
+        dense_attention_only_tflops: tflops(lkv, dense_only_ms),
+        kv_write_ms: median(kv_write),
+        host_upload_us,
+        paged_rel_err,
+        dense_rel_err,
+        checked_rows: rows.len(),
+    })
+}
+
+fn print_table(r: &Report) {
+    println!(
+        "\nattention, {} (sm_{}), median of {} runs; TFLOP/s = 4*Lq*Lkv*heads*head_dim/t",
+        r.device, r.arch, r.iters
+    );
+    println!(
+        "{:>10} {:>8} {:>6} {:>16} {:>20} {:>20} {:>9} {:>9}",
+        "live/seen",
+        "Lkv",
+        "splits",
+        "paged ms (TF/s)",
+        "dense+concat ms (TF)",
+        "dense only ms (TF)",
+        "err pg",
+        "err dn"
+    );
+    for c in &r.cases {
+        println!(
+            "{:>10} {:>8} {:>6} {:>8.3} ({:>5.0}) {:>12.3} ({:>5.0}) {:>12.3} ({:>5.0}) {:>9.1e} {:>9.1e}",
+            format!("{}/{}", c.live_frames, c.frames_seen),
+            c.lkv,
+            c.splits,
+            c.paged_ms,
+            c.paged_tflops,
+            c.dense_concat_ms,
+            c.dense_concat_tflops,
+            c.dense_attention_only_ms,
+            c.dense_attention_only_tflops,
+            c.paged_rel_err,
+            c.dense_rel_err
+        );
+    }
+    if !r.sweep_72_72.is_empty() {
+        let line: Vec<String> = r
+            .sweep_72_72
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}: {:.3} ms ({:.0})",
+                    p.splits_used, p.paged_ms, p.paged_tflops
+                )
+            })
+            .collect();
+        println!("72/72 split sweep: {}", line.join(", "));
+    }
 }

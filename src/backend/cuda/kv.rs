@@ -15,6 +15,7 @@ use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::{CudaDevice, CudaError};
+use crate::kvcache::{PageTable, StepPlan};
 
 /// Head dimension the kernels are built for.
 pub const HEAD_DIM: usize = 64;
@@ -30,6 +31,18 @@ pub struct KvGeometry {
 }
 
 impl KvGeometry {
+    /// Pools for every page id the table can hand out (its `max_pages`), bf16.
+    pub fn for_table(table: &PageTable) -> Self {
+        let cfg = table.config();
+        Self {
+            layers: cfg.layers,
+            heads: cfg.heads,
+            head_dim: cfg.head_dim,
+            page_size: table.page_size(),
+            max_pages: table.max_pages(),
+        }
+    }
+
     /// Elements of one page (K and V).
     pub fn page_elems(&self) -> usize {
         2 * self.page_size * self.heads * self.head_dim
@@ -77,6 +90,8 @@ pub struct DeviceKvCache {
     pools: Vec<CudaSlice<bf16>>,
     table: CudaSlice<u32>,
     host_table: Vec<u32>,
+    /// Reused to flatten a StepPlan's writes without allocating per step.
+    run_scratch: Vec<[u32; 4]>,
     run_capacity: usize,
     n_pages: usize,
     n_runs: usize,
@@ -102,6 +117,7 @@ impl DeviceKvCache {
             pools,
             table: dev.stream.alloc_zeros::<u32>(len)?,
             host_table: vec![0; len],
+            run_scratch: Vec::with_capacity(run_capacity),
             run_capacity,
             n_pages: 0,
             n_runs: 0,
@@ -220,6 +236,33 @@ impl DeviceKvCache {
         self.n_runs = step.runs.len();
         self.kv_len = total as u32;
         Ok(())
+    }
+
+    /// Uploads the page table of a `kvcache` frame step (its writes and attention plan).
+    pub fn upload_step(&mut self, dev: &CudaDevice, step: &StepPlan) -> Result<(), CudaError> {
+        if step.plan.page_size as usize != self.geometry.page_size {
+            return Err(CudaError::Invalid(format!(
+                "plan page size {} but the pools were made for {}",
+                step.plan.page_size, self.geometry.page_size
+            )));
+        }
+        let mut runs = std::mem::take(&mut self.run_scratch);
+        runs.clear();
+        runs.extend(
+            step.writes
+                .iter()
+                .map(|r| [r.src_token, r.page, r.slot, r.len]),
+        );
+        let result = self.upload(
+            dev,
+            PageTableUpload {
+                indices: &step.plan.indices,
+                page_lens: &step.plan.page_lens,
+                runs: &runs,
+            },
+        );
+        self.run_scratch = runs;
+        result
     }
 
     /// Writes this step's K and V (`[tokens][heads][64]` bf16) of `layer` into their pages, per the
