@@ -35,7 +35,7 @@ pub enum ModelError {
     #[error("input: {0}")]
     BadInput(String),
     #[error("KV cache: {0}")]
-    Cache(String),
+    Cache(#[from] crate::kvcache::CacheError),
     #[error("weights download: {0}")]
     Download(String),
 }

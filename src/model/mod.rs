@@ -15,3 +15,16 @@ pub mod weights;
 pub use config::ModelConfig;
 pub use error::ModelError;
 pub use tensor::Tensor;
+
+pub mod aggregator;
+pub mod block;
+pub mod camera_head;
+pub mod dino;
+pub mod dpt_head;
+pub mod loading;
+pub mod pose;
+pub mod record;
+pub mod stream;
+
+pub use record::Recorder;
+pub use stream::{Call, GctModel, StepOutput, StreamState, streaming_schedule};

@@ -1,0 +1,272 @@
+//! The streaming driver: the whole model, and one call of the reference's streaming schedule
+//! at a time. Phase 1 runs the scale frames together as one keyframe step (bidirectional among
+//! themselves); phase 2 runs one frame per step, keyframes committing to both caches and
+//! non-keyframes leaving nothing behind.
+
+use std::ops::Range;
+use std::path::Path;
+
+use crate::attention::{AttentionLayout, CpuKvCache};
+use crate::kvcache::{CacheConfig, StepKind};
+
+use super::aggregator::{Aggregator, CallPosition};
+use super::camera_head::{CameraCache, CameraHead};
+use super::config::{ModelConfig, POSE_ENC_LEN, SPECIAL_TOKENS};
+use super::dpt_head::DptHead;
+use super::error::{ModelError, Result};
+use super::pose::{Camera, decode_pose, unproject_to_world};
+use super::record::{Recorder, put};
+use super::weights::WeightStore;
+
+pub struct GctModel {
+    cfg: ModelConfig,
+    aggregator: Aggregator,
+    camera_head: CameraHead,
+    depth_head: DptHead,
+}
+
+/// Everything one call produces, per frame of the call.
+#[derive(Clone, Debug)]
+pub struct StepOutput {
+    pub frames: usize,
+    pub height: usize,
+    pub width: usize,
+    /// `[S][9]`.
+    pub pose_enc: Vec<f32>,
+    /// `[S][H][W]`.
+    pub depth: Vec<f32>,
+    /// `[S][H][W]`, always ≥ 1.
+    pub depth_conf: Vec<f32>,
+    pub cameras: Vec<Camera>,
+    /// `[S][H][W][3]`.
+    pub world_points: Vec<f32>,
+}
+
+/// Caches and counters of one stream.
+pub struct StreamState {
+    pub cache: CpuKvCache,
+    pub camera: CameraCache,
+    pub height: usize,
+    pub width: usize,
+    /// Scale frames of the sequence (`min(scale_frames, total)`), fixed by the first call.
+    scale_frames: Option<usize>,
+}
+
+impl StreamState {
+    pub fn committed_frames(&self) -> u64 {
+        self.cache.committed_frames()
+    }
+    pub fn reset(&mut self) {
+        self.cache.reset();
+        self.camera.reset();
+        self.scale_frames = None;
+    }
+}
+
+/// One forward call of the streaming schedule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub frames: Range<u64>,
+    pub keyframe: bool,
+}
+
+/// The reference's schedule for `total` frames: the scale frames in one call, then one call
+/// per frame; frame `scale + k·interval` is a keyframe.
+pub fn streaming_schedule(total: u64, scale_frames: usize, keyframe_interval: usize) -> Vec<Call> {
+    let scale = (scale_frames as u64).min(total);
+    let mut calls = Vec::new();
+    if scale > 0 {
+        calls.push(Call {
+            frames: 0..scale,
+            keyframe: true,
+        });
+    }
+    for i in scale..total {
+        let keyframe = keyframe_interval <= 1 || (i - scale) % keyframe_interval as u64 == 0;
+        calls.push(Call {
+            frames: i..i + 1,
+            keyframe,
+        });
+    }
+    calls
+}
+
+impl GctModel {
+    /// Build the model from a weights store; unused tensors are a warning (see
+    /// [`WeightStore::finish`]).
+    pub fn from_store(cfg: ModelConfig, mut store: WeightStore) -> Result<Self> {
+        cfg.validate(&store.source().display().to_string())?;
+        let aggregator = Aggregator::load(&mut store, &cfg)?;
+        let camera_head = CameraHead::load(&mut store, &cfg)?;
+        let depth_head = DptHead::load(&mut store, &cfg)?;
+        store.finish(false)?;
+        Ok(GctModel {
+            cfg,
+            aggregator,
+            camera_head,
+            depth_head,
+        })
+    }
+
+    pub fn load(cfg: ModelConfig, path: &Path) -> Result<Self> {
+        Self::from_store(cfg, WeightStore::load(path)?)
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    pub fn aggregator(&self) -> &Aggregator {
+        &self.aggregator
+    }
+
+    /// A fresh stream for `height × width` images with the given KV layout.
+    pub fn new_stream(
+        &self,
+        height: usize,
+        width: usize,
+        layout: AttentionLayout,
+    ) -> Result<StreamState> {
+        let p = self.cfg.patch;
+        if height == 0 || width == 0 || height % p != 0 || width % p != 0 {
+            return Err(ModelError::BadInput(format!(
+                "image {width}×{height} must be a positive multiple of the patch size {p}"
+            )));
+        }
+        let patches = (height / p) * (width / p);
+        let cache_cfg = CacheConfig::new(
+            self.cfg.depth,
+            self.cfg.heads,
+            self.cfg.head_dim(),
+            patches,
+            self.cfg.scale_frames,
+            self.cfg.window,
+        );
+        Ok(StreamState {
+            cache: CpuKvCache::new(cache_cfg, layout)?,
+            camera: CameraCache::default(),
+            height,
+            width,
+            scale_frames: None,
+        })
+    }
+
+    /// Run one call: `images` are `[S][3][H][W]` in [0, 1] for stream frames `frames`.
+    /// The first call of a stream is phase 1 (its frames are the scale frames).
+    pub fn step(
+        &self,
+        state: &mut StreamState,
+        images: &[f32],
+        frames: Range<u64>,
+        keyframe: bool,
+        mut rec: Option<&mut Recorder>,
+    ) -> Result<StepOutput> {
+        let s = frames.end.saturating_sub(frames.start) as usize;
+        let (h, w) = (state.height, state.width);
+        if s == 0 || images.len() != s * 3 * h * w {
+            return Err(ModelError::BadInput(format!(
+                "expected {s} images of 3×{h}×{w} ({} values), got {} values",
+                s * 3 * h * w,
+                images.len()
+            )));
+        }
+        if !keyframe && s != 1 {
+            return Err(ModelError::BadInput(
+                "a non-keyframe call holds exactly one frame".into(),
+            ));
+        }
+        let scale_frames = *state
+            .scale_frames
+            .get_or_insert(s.min(self.cfg.scale_frames));
+        let at = CallPosition {
+            committed: state.cache.committed_frames(),
+            scale_frames,
+        };
+        let kind = if keyframe {
+            StepKind::Keyframe
+        } else {
+            StepKind::NonKeyframe
+        };
+        state.cache.begin_step(frames.clone(), kind)?;
+        let taps = match self.aggregator.forward(
+            images,
+            s,
+            h,
+            w,
+            &at,
+            &mut state.cache,
+            rec.as_deref_mut(),
+        ) {
+            Ok(t) => t,
+            Err(e) => {
+                // Leave the cache as it was before the call.
+                let _ = state.cache.abort_step();
+                return Err(e);
+            }
+        };
+        state.cache.end_step()?;
+
+        let np = (h / self.cfg.patch) * (w / self.cfg.patch);
+        let p = SPECIAL_TOKENS + np;
+        let width2 = self.cfg.head_input_dim();
+        let last = taps
+            .last()
+            .ok_or_else(|| ModelError::BadInput("model has no taps".into()))?;
+        let camera_tokens: Vec<f32> = (0..s)
+            .flat_map(|f| {
+                last[f * p * width2..f * p * width2 + width2]
+                    .iter()
+                    .copied()
+            })
+            .collect();
+        let pose_enc = self.camera_head.forward(
+            &camera_tokens,
+            s,
+            &mut state.camera,
+            keyframe,
+            rec.as_deref_mut(),
+        )?;
+
+        let raw = self.depth_head.forward(&taps, s, h, w);
+        put(&mut rec, "dpt_raw", vec![s, 2, h, w], &raw);
+        let plane = h * w;
+        let mut depth = Vec::with_capacity(s * plane);
+        let mut depth_conf = Vec::with_capacity(s * plane);
+        for f in 0..s {
+            depth.extend(
+                raw[(2 * f) * plane..(2 * f + 1) * plane]
+                    .iter()
+                    .map(|v| v.exp()),
+            );
+            depth_conf.extend(
+                raw[(2 * f + 1) * plane..(2 * f + 2) * plane]
+                    .iter()
+                    .map(|v| 1.0 + v.exp()),
+            );
+        }
+        let mut cameras = Vec::with_capacity(s);
+        let mut world_points = Vec::with_capacity(s * plane * 3);
+        for f in 0..s {
+            let mut enc = [0.0f32; POSE_ENC_LEN];
+            enc.copy_from_slice(&pose_enc[f * POSE_ENC_LEN..(f + 1) * POSE_ENC_LEN]);
+            let cam = decode_pose(&enc, h, w);
+            world_points.extend(unproject_to_world(
+                &depth[f * plane..(f + 1) * plane],
+                h,
+                w,
+                &cam,
+            ));
+            cameras.push(cam);
+        }
+        Ok(StepOutput {
+            frames: s,
+            height: h,
+            width: w,
+            pose_enc,
+            depth,
+            depth_conf,
+            cameras,
+            world_points,
+        })
+    }
+}
