@@ -1,0 +1,147 @@
+//! Parity of the CPU model against the reference's own outputs on the `gct-tiny` fixtures:
+//! both scenarios (keyframe interval 1 and 2), both weight files, both KV layouts.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use streamrecon::attention::AttentionLayout;
+use streamrecon::cli::parity::{ParityReport, WeightsChoice, run_parity};
+
+fn fixture_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/fixtures/gct-tiny"
+    ));
+    if dir.join("kf1/config.json").exists() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: fixtures not found at {}", dir.display());
+        None
+    }
+}
+
+fn check(scenario: &str, weights: &str, layout: AttentionLayout) -> Option<ParityReport> {
+    let dir = fixture_dir()?;
+    let report = run_parity(
+        &dir.join(scenario),
+        &WeightsChoice::File(dir.join(weights)),
+        layout,
+    )
+    .expect("parity run completes");
+    let failures: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| !r.pass)
+        .map(|r| format!("{} (err/tol {:.3}, {:?})", r.name, r.worst_ratio, r.problem))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{scenario} {weights} {layout}: {failures:#?}"
+    );
+    // Everything the fixture holds was produced and compared: outputs, every block of every
+    // call, and the cache state.
+    assert!(report.rows.iter().any(|r| r.name == "world_points"));
+    assert!(
+        report
+            .rows
+            .iter()
+            .any(|r| r.name.ends_with(".global_block.5"))
+    );
+    assert!(report.rows.iter().any(|r| r.name.ends_with("k_0_special")));
+    Some(report)
+}
+
+#[test]
+fn kf1_safetensors_paged() {
+    if let Some(r) = check("kf1", "weights.safetensors", AttentionLayout::Paged) {
+        assert!(r.rows.len() > 250);
+    }
+}
+
+#[test]
+fn kf1_pt_dense() {
+    check("kf1", "weights.pt", AttentionLayout::Dense);
+}
+
+#[test]
+fn kf1_pt_paged() {
+    check("kf1", "weights.pt", AttentionLayout::Paged);
+}
+
+#[test]
+fn kf1_safetensors_dense() {
+    check("kf1", "weights.safetensors", AttentionLayout::Dense);
+}
+
+#[test]
+fn kf2_safetensors_paged() {
+    check("kf2", "weights.safetensors", AttentionLayout::Paged);
+}
+
+#[test]
+fn kf2_safetensors_dense() {
+    check("kf2", "weights.safetensors", AttentionLayout::Dense);
+}
+
+#[test]
+fn kf2_pt_paged() {
+    check("kf2", "weights.pt", AttentionLayout::Paged);
+}
+
+#[test]
+fn kf2_pt_dense() {
+    check("kf2", "weights.pt", AttentionLayout::Dense);
+}
+
+#[test]
+fn cli_prints_table_and_passes() {
+    let Some(dir) = fixture_dir() else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_streamrecon"))
+        .arg("parity")
+        .arg(dir.join("kf2"))
+        .args(["--attention", "dense"])
+        .output()
+        .expect("binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("call04.global_block.3"));
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("0 over tolerance") && last.contains("worst"),
+        "{last}"
+    );
+}
+
+#[test]
+fn cli_fails_on_wrong_weights() {
+    // Random weights of the right shapes: the run completes but parity must fail, with a
+    // non-zero exit status.
+    let Some(dir) = fixture_dir() else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_streamrecon"))
+        .arg("parity")
+        .arg(dir.join("kf1"))
+        .args(["--random-weights", "tiny", "--failures-only"])
+        .output()
+        .expect("binary runs");
+    assert!(!out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("FAIL"), "{stdout}");
+}
+
+#[test]
+fn missing_weights_file_is_a_clear_error() {
+    let Some(dir) = fixture_dir() else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_streamrecon"))
+        .arg("parity")
+        .arg(dir.join("kf1"))
+        .args(["--weights", "/nonexistent/weights.pt"])
+        .output()
+        .expect("binary runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/weights.pt"), "{stderr}");
+}
