@@ -39,8 +39,14 @@ fn main() {
         Some(nvcc) => {
             for src in &sources {
                 let name = src.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-                let cubin = out_dir.join(format!("{name}.sm_{arch}.cubin"));
-                match compile(&nvcc, src, &cubin, arch) {
+                // `*_sm90.cu` use wgmma: Hopper only, built as sm_90a (the registry agrees).
+                let target = match (name.ends_with("_sm90"), arch) {
+                    (true, 90) => "90a".to_owned(),
+                    (true, _) => continue,
+                    (false, a) => a.to_string(),
+                };
+                let cubin = out_dir.join(format!("{name}.sm_{target}.cubin"));
+                match compile(&nvcc, src, &cubin, &target) {
                     Ok(()) => entries.push((name.to_owned(), cubin)),
                     // A kernel that nvcc rejects must not land: fail the build loudly.
                     Err(msg) => panic!("nvcc failed on {}: {msg}", src.display()),
@@ -83,10 +89,10 @@ fn find_nvcc() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn compile(nvcc: &Path, src: &Path, cubin: &Path, arch: u32) -> Result<(), String> {
+fn compile(nvcc: &Path, src: &Path, cubin: &Path, target: &str) -> Result<(), String> {
     let out = Command::new(nvcc)
         .arg("-cubin")
-        .arg(format!("-gencode=arch=compute_{arch},code=sm_{arch}"))
+        .arg(format!("-gencode=arch=compute_{target},code=sm_{target}"))
         .args(["-O3", "-std=c++17", "-o"])
         .arg(cubin)
         .arg(src)

@@ -7,7 +7,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use streamrecon::attention::{AttentionShape, PagedLayer, paged_attention};
 use streamrecon::backend::cuda::attention::{PagedKv, paged_attention as gpu_paged_attention};
 use streamrecon::backend::cuda::{
-    AttentionWorkspace, CudaDevice, DenseBaseline, DeviceKvCache, KvGeometry, PageTableUpload,
+    AttentionKernel, AttentionOptions, AttentionWorkspace, CudaDevice, DenseBaseline,
+    DeviceKvCache, KvGeometry, PageTableUpload,
 };
 use streamrecon::backend::reference::{HostPagedKv, paged_attention_rows, relative_error};
 use streamrecon::kvcache::{KvBuf, PagePlan};
@@ -43,7 +44,7 @@ struct Case {
 
 /// Runs one case on the GPU and checks it against the f64 host reference (all rows), returning
 /// the relative error.
-fn check(dev: &CudaDevice, case: &Case, seed: u64) -> f64 {
+fn check(dev: &CudaDevice, case: &Case, kernel: AttentionKernel, seed: u64) -> f64 {
     let mut rng = StdRng::seed_from_u64(seed);
     let max_pages = case
         .pages
@@ -96,7 +97,10 @@ fn check(dev: &CudaDevice, case: &Case, seed: u64) -> f64 {
         &kv,
         case.lq,
         case.heads,
-        case.splits,
+        AttentionOptions {
+            splits: case.splits,
+            kernel: Some(kernel),
+        },
         &mut ws,
     )
     .unwrap();
@@ -175,20 +179,27 @@ fn paged_attention_matches_reference() {
         pages: [full(&[3, 1, 0], 999), vec![(2, 24)]].concat(),
         splits: None,
     });
-    for (i, case) in cases.iter().enumerate() {
-        let err = check(&dev, case, 100 + i as u64);
-        eprintln!(
-            "case {i}: heads {} lq {} page {} pages {} splits {:?}: rel err {err:.2e}",
-            case.heads,
-            case.lq,
-            case.page_size,
-            case.pages.len(),
-            case.splits
-        );
-        assert!(
-            err <= TOLERANCE,
-            "case {i}: relative error {err} > {TOLERANCE}"
-        );
+    // Both kernels where the GPU has both (wgmma is Hopper-only).
+    let mut kernels = vec![AttentionKernel::MmaSync];
+    if AttentionKernel::best_for(&dev) == AttentionKernel::Wgmma {
+        kernels.push(AttentionKernel::Wgmma);
+    }
+    for kernel in kernels {
+        for (i, case) in cases.iter().enumerate() {
+            let err = check(&dev, case, kernel, 100 + i as u64);
+            eprintln!(
+                "{kernel:?} case {i}: heads {} lq {} page {} pages {} splits {:?}: rel err {err:.2e}",
+                case.heads,
+                case.lq,
+                case.page_size,
+                case.pages.len(),
+                case.splits
+            );
+            assert!(
+                err <= TOLERANCE,
+                "{kernel:?} case {i}: relative error {err} > {TOLERANCE}"
+            );
+        }
     }
 }
 
@@ -228,7 +239,14 @@ fn matches_cpu_attention_and_dense_baseline() {
     let mut out = dev.stream.alloc_zeros::<bf16>(lq * heads * D).unwrap();
     let mut ws = AttentionWorkspace::new(&dev, lq, heads, 8).unwrap();
     streamrecon::backend::cuda::attention::cache_attention(
-        &dev, &cache, 0, &q, &mut out, lq, None, &mut ws,
+        &dev,
+        &cache,
+        0,
+        &q,
+        &mut out,
+        lq,
+        AttentionOptions::default(),
+        &mut ws,
     )
     .unwrap();
     let paged: Vec<f32> = dev
@@ -271,7 +289,18 @@ fn matches_cpu_attention_and_dense_baseline() {
         .unwrap();
     dense.concat(&dev, &cache, 0).unwrap();
     dense
-        .attend(&dev, heads, &q, &mut out_dense, lq, Some(3), &mut ws)
+        .attend(
+            &dev,
+            heads,
+            &q,
+            &mut out_dense,
+            lq,
+            AttentionOptions {
+                splits: Some(3),
+                kernel: None,
+            },
+            &mut ws,
+        )
         .unwrap();
     let dense_out: Vec<f32> = dev
         .stream

@@ -6,7 +6,9 @@
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use streamrecon::backend::cuda::attention::cache_attention;
-use streamrecon::backend::cuda::{AttentionWorkspace, CudaDevice, DeviceKvCache, KvGeometry};
+use streamrecon::backend::cuda::{
+    AttentionOptions, AttentionWorkspace, CudaDevice, DeviceKvCache, KvGeometry,
+};
 use streamrecon::backend::reference::{HostPagedKv, paged_attention_rows, relative_error};
 use streamrecon::kvcache::{CacheConfig, PageTable, StepKind, StepPlan, StorageDtype};
 
@@ -102,7 +104,17 @@ fn run_step(
 
     let mut out = dev.stream.clone_htod(&vec![bf16::NAN; n]).unwrap();
     let mut ws = AttentionWorkspace::new(dev, tokens, g.heads, 4).unwrap();
-    cache_attention(dev, cache, 0, &qd, &mut out, tokens, None, &mut ws).unwrap();
+    cache_attention(
+        dev,
+        cache,
+        0,
+        &qd,
+        &mut out,
+        tokens,
+        AttentionOptions::default(),
+        &mut ws,
+    )
+    .unwrap();
     let got: Vec<f32> = dev
         .stream
         .clone_dtoh(&out)

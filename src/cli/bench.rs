@@ -17,7 +17,8 @@ use serde::Serialize;
 
 use crate::backend::cuda::attention::cache_attention;
 use crate::backend::cuda::{
-    AttentionWorkspace, CudaDevice, CudaError, DenseBaseline, DeviceKvCache, KvGeometry,
+    AttentionKernel, AttentionOptions, AttentionWorkspace, CudaDevice, CudaError, DenseBaseline,
+    DeviceKvCache, KvGeometry,
 };
 use crate::backend::reference::{HostPagedKv, paged_attention_rows, relative_error};
 use crate::kvcache::{CacheConfig, PageTable, StepKind, StorageDtype};
@@ -56,6 +57,10 @@ pub struct BenchArgs {
     /// Query rows checked against the host reference per case.
     #[arg(long, default_value_t = 24)]
     pub check_rows: usize,
+    /// Attention kernel for the paged and dense rows: auto (wgmma on Hopper, else mma.sync),
+    /// mma, or wgmma. The other kernel, when present, is also timed in its own column.
+    #[arg(long, default_value = "auto")]
+    pub kernel: String,
     /// Tokens per page; default exact pages (= patches per frame, 999).
     #[arg(long)]
     pub page_size: Option<usize>,
@@ -95,6 +100,7 @@ struct CaseResult {
     head_dim: usize,
     page_size: usize,
     visible_pages: usize,
+    kernel: AttentionKernel,
     splits: usize,
     paged_ms: f64,
     paged_tflops: f64,
@@ -107,10 +113,22 @@ struct CaseResult {
     paged_rel_err: f64,
     dense_rel_err: f64,
     checked_rows: usize,
+    /// Every kernel this device has, paged, with its default split count.
+    paged_by_kernel: Vec<KernelTiming>,
+}
+
+#[derive(Debug, Serialize)]
+struct KernelTiming {
+    kernel: AttentionKernel,
+    splits: usize,
+    ms: f64,
+    tflops: f64,
+    rel_err: f64,
 }
 
 #[derive(Debug, Serialize)]
 struct SweepPoint {
+    kernel: AttentionKernel,
     splits_requested: usize,
     splits_used: usize,
     paged_ms: f64,
@@ -248,20 +266,37 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
         dev.kernels.origins()
     );
     let iters = args.iters.max(1);
+    let best = AttentionKernel::best_for(&dev);
+    let kernel = match args.kernel.as_str() {
+        "auto" => best,
+        "mma" => AttentionKernel::MmaSync,
+        "wgmma" if best == AttentionKernel::Wgmma => AttentionKernel::Wgmma,
+        "wgmma" => bail!(
+            "the wgmma kernel needs a Hopper GPU (sm_90); this is sm_{}",
+            dev.info.arch
+        ),
+        other => bail!("unknown --kernel `{other}` (auto, mma, wgmma)"),
+    };
+    let mut kernels = vec![AttentionKernel::MmaSync];
+    if best == AttentionKernel::Wgmma {
+        kernels.push(AttentionKernel::Wgmma);
+    }
     let mut results = Vec::new();
     let mut sweep_points = Vec::new();
     for &(live, seen) in &cases {
+        let sweep_here: &[usize] = if live == 72 && seen == 72 {
+            &sweep
+        } else {
+            &[]
+        };
         let r = attention_case(
             &dev,
             args,
-            live,
-            seen,
+            (live, seen),
             iters,
-            if live == 72 && seen == 72 {
-                &sweep
-            } else {
-                &[]
-            },
+            kernel,
+            &kernels,
+            sweep_here,
             &mut sweep_points,
         )
         .with_context(|| format!("case {live}/{seen}"))?;
@@ -295,9 +330,10 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
 fn attention_case(
     dev: &CudaDevice,
     args: &BenchArgs,
-    live: usize,
-    seen: u64,
+    (live, seen): (usize, u64),
     iters: usize,
+    kernel: AttentionKernel,
+    kernels: &[AttentionKernel],
     sweep: &[usize],
     sweep_points: &mut Vec<SweepPoint>,
 ) -> anyhow::Result<CaseResult> {
@@ -342,49 +378,16 @@ fn attention_case(
     })?;
 
     let mut ws = AttentionWorkspace::new(dev, LQ, HEADS, 16)?;
-    let mut out_paged = dev.stream.alloc_zeros::<bf16>(elems)?;
-    let mut splits_used = 0;
-    let paged = time_runs(dev, args.warmup, iters, || {
-        splits_used =
-            cache_attention(dev, &cache, 0, &q, &mut out_paged, LQ, args.splits, &mut ws)?;
-        Ok(())
-    })?;
+    let mut out = dev.stream.alloc_zeros::<bf16>(elems)?;
+    let opts = |k: AttentionKernel, splits: Option<usize>| AttentionOptions {
+        splits,
+        kernel: Some(k),
+    };
 
-    for &s in sweep {
-        let mut used = 0;
-        let times = time_runs(dev, args.warmup, iters, || {
-            used = cache_attention(dev, &cache, 0, &q, &mut out_paged, LQ, Some(s), &mut ws)?;
-            Ok(())
-        })?;
-        let ms = median(times);
-        sweep_points.push(SweepPoint {
-            splits_requested: s,
-            splits_used: used,
-            paged_ms: ms,
-            paged_tflops: tflops(lkv, ms),
-        });
-    }
-    // Leave out_paged holding the default-split result for the error check.
-    cache_attention(dev, &cache, 0, &q, &mut out_paged, LQ, args.splits, &mut ws)?;
-
-    let mut dense = DenseBaseline::new(dev, lkv as usize, HEADS)?;
-    let mut out_dense = dev.stream.alloc_zeros::<bf16>(elems)?;
-    let dense_concat = time_runs(dev, args.warmup, iters, || {
-        dense.concat(dev, &cache, 0)?;
-        dense.attend(dev, HEADS, &q, &mut out_dense, LQ, args.splits, &mut ws)?;
-        Ok(())
-    })?;
-    let dense_only = time_runs(dev, args.warmup, iters, || {
-        dense.attend(dev, HEADS, &q, &mut out_dense, LQ, args.splits, &mut ws)?;
-        Ok(())
-    })?;
-
-    // Error against the host reference on sampled rows.
+    // Host copies for the reference on sampled rows.
     let rows = sample_rows(LQ, args.check_rows);
     let pool_host = dev.stream.clone_dtoh(cache.pool(0)?)?;
     let q_host = dev.stream.clone_dtoh(&q)?;
-    let paged_host = dev.stream.clone_dtoh(&out_paged)?;
-    let dense_host = dev.stream.clone_dtoh(&out_dense)?;
     let reference = paged_attention_rows(
         &q_host,
         &HostPagedKv {
@@ -397,11 +400,115 @@ fn attention_case(
         },
         &rows,
     );
-    let paged_rel_err = relative_error(&to_f32_rows(&paged_host, &rows), &reference);
-    let dense_rel_err = relative_error(&to_f32_rows(&dense_host, &rows), &reference);
+    drop(pool_host);
+    // Poisoned output before every checked run: an unwritten element shows up as NaN.
+    let poison = vec![bf16::NAN; elems];
+    let check = |out: &mut CudaSlice<bf16>| -> anyhow::Result<f64> {
+        let host = dev.stream.clone_dtoh(&*out)?;
+        let err = relative_error(&to_f32_rows(&host, &rows), &reference);
+        dev.stream.memcpy_htod(&poison, out)?;
+        Ok(err)
+    };
 
-    let (paged_ms, dense_ms, dense_only_ms) =
-        (median(paged), median(dense_concat), median(dense_only));
+    let mut paged_by_kernel = Vec::new();
+    for &k in kernels {
+        let mut splits_used = 0;
+        dev.stream.memcpy_htod(&poison, &mut out)?;
+        cache_attention(
+            dev,
+            &cache,
+            0,
+            &q,
+            &mut out,
+            LQ,
+            opts(k, args.splits),
+            &mut ws,
+        )?;
+        let rel_err = check(&mut out)?;
+        let times = time_runs(dev, args.warmup, iters, || {
+            splits_used = cache_attention(
+                dev,
+                &cache,
+                0,
+                &q,
+                &mut out,
+                LQ,
+                opts(k, args.splits),
+                &mut ws,
+            )?;
+            Ok(())
+        })?;
+        let ms = median(times);
+        paged_by_kernel.push(KernelTiming {
+            kernel: k,
+            splits: splits_used,
+            ms,
+            tflops: tflops(lkv, ms),
+            rel_err,
+        });
+        for &s in sweep {
+            let mut used = 0;
+            let times = time_runs(dev, args.warmup, iters, || {
+                used =
+                    cache_attention(dev, &cache, 0, &q, &mut out, LQ, opts(k, Some(s)), &mut ws)?;
+                Ok(())
+            })?;
+            let ms = median(times);
+            sweep_points.push(SweepPoint {
+                kernel: k,
+                splits_requested: s,
+                splits_used: used,
+                paged_ms: ms,
+                paged_tflops: tflops(lkv, ms),
+            });
+        }
+    }
+    let chosen = paged_by_kernel
+        .iter()
+        .find(|t| t.kernel == kernel)
+        .context("the chosen kernel was not timed")?;
+    let (paged, paged_rel_err, splits_used) = (chosen.ms, chosen.rel_err, chosen.splits);
+
+    let mut dense = DenseBaseline::new(dev, lkv as usize, HEADS)?;
+    dev.stream.memcpy_htod(&poison, &mut out)?;
+    dense.concat(dev, &cache, 0)?;
+    dense.attend(
+        dev,
+        HEADS,
+        &q,
+        &mut out,
+        LQ,
+        opts(kernel, args.splits),
+        &mut ws,
+    )?;
+    let dense_rel_err = check(&mut out)?;
+    let dense_concat = time_runs(dev, args.warmup, iters, || {
+        dense.concat(dev, &cache, 0)?;
+        dense.attend(
+            dev,
+            HEADS,
+            &q,
+            &mut out,
+            LQ,
+            opts(kernel, args.splits),
+            &mut ws,
+        )?;
+        Ok(())
+    })?;
+    let dense_only = time_runs(dev, args.warmup, iters, || {
+        dense.attend(
+            dev,
+            HEADS,
+            &q,
+            &mut out,
+            LQ,
+            opts(kernel, args.splits),
+            &mut ws,
+        )?;
+        Ok(())
+    })?;
+
+    let (paged_ms, dense_ms, dense_only_ms) = (paged, median(dense_concat), median(dense_only));
     Ok(CaseResult {
         live_frames: live,
         frames_seen: seen,
@@ -411,6 +518,7 @@ fn attention_case(
         head_dim: HEAD_DIM,
         page_size: geometry.page_size,
         visible_pages: step.plan.indices.len(),
+        kernel,
         splits: splits_used,
         paged_ms,
         paged_tflops: tflops(lkv, paged_ms),
@@ -423,6 +531,7 @@ fn attention_case(
         paged_rel_err,
         dense_rel_err,
         checked_rows: rows.len(),
+        paged_by_kernel,
     })
 }
 

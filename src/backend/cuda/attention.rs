@@ -8,14 +8,64 @@ use half::bf16;
 use super::kv::{DeviceKvCache, HEAD_DIM};
 use super::{CudaDevice, CudaError};
 
-/// Query rows per CTA (4 warps x 32 rows) and keys per tile; must match the kernel.
+/// Query rows per CTA and keys per tile; the same in both kernels.
 pub const BLOCK_M: usize = 128;
 pub const BLOCK_N: usize = 64;
-const THREADS: u32 = 128;
 /// Q tile + 2 stages of K and V tiles, bf16.
-const SMEM_BYTES: u32 = ((BLOCK_M * HEAD_DIM + 2 * 2 * BLOCK_N * HEAD_DIM) * 2) as u32;
-/// CTAs of the kernel resident per SM (its __launch_bounds__ minimum; 244 registers x 128 threads).
+const TILE_SMEM: usize = (BLOCK_M * HEAD_DIM + 2 * 2 * BLOCK_N * HEAD_DIM) * 2;
+/// CTAs resident per SM (both kernels' __launch_bounds__ minimum).
 const CTAS_PER_SM: usize = 2;
+
+/// Which implementation of the attention kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum AttentionKernel {
+    /// FlashAttention-2 style on mma.sync (m16n8k16): any NVIDIA GPU from sm_80.
+    MmaSync,
+    /// Both products on Hopper's wgmma (sm_90a only).
+    Wgmma,
+}
+
+impl AttentionKernel {
+    fn entry(self) -> &'static str {
+        match self {
+            Self::MmaSync => "paged_attention_fwd",
+            Self::Wgmma => "paged_attention_fwd_sm90",
+        }
+    }
+
+    fn threads(self) -> u32 {
+        match self {
+            Self::MmaSync => 128,
+            Self::Wgmma => 256,
+        }
+    }
+
+    fn smem_bytes(self) -> u32 {
+        match self {
+            Self::MmaSync => TILE_SMEM as u32,
+            // + slack to align the tiles to wgmma's 1024-byte swizzle atoms.
+            Self::Wgmma => (TILE_SMEM + 1024) as u32,
+        }
+    }
+
+    /// The best kernel this device loaded: wgmma on Hopper, else mma.sync.
+    pub fn best_for(dev: &CudaDevice) -> Self {
+        if dev.kernels.has(Self::Wgmma.entry()) {
+            Self::Wgmma
+        } else {
+            Self::MmaSync
+        }
+    }
+}
+
+/// Tuning knobs of one call; the defaults choose for the device.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttentionOptions {
+    /// Key splits; None: [`choose_splits`].
+    pub splits: Option<usize>,
+    /// None: [`AttentionKernel::best_for`].
+    pub kernel: Option<AttentionKernel>,
+}
 
 /// How many key splits to use: the largest count that still fits all CTAs in one wave, so a
 /// launch of few query tiles (1005 queries x 16 heads is 128 CTAs) fills the GPU without leaving
@@ -71,8 +121,8 @@ pub struct PagedKv<'a> {
     pub kv_len: u32,
 }
 
-/// out[lq][heads][64] = softmax(q k^T / sqrt(64)) v over the paged keys. `splits`: None chooses
-/// with [`choose_splits`]. Returns the number of splits used.
+/// out[lq][heads][64] = softmax(q k^T / sqrt(64)) v over the paged keys. Returns the number of
+/// key splits used.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention(
     dev: &CudaDevice,
@@ -81,9 +131,12 @@ pub fn paged_attention(
     kv: &PagedKv<'_>,
     lq: usize,
     heads: usize,
-    splits: Option<usize>,
+    opts: AttentionOptions,
     ws: &mut AttentionWorkspace,
 ) -> Result<usize, CudaError> {
+    let kernel = opts
+        .kernel
+        .unwrap_or_else(|| AttentionKernel::best_for(dev));
     let elems = lq * heads * HEAD_DIM;
     if q.len() < elems || out.len() < elems {
         return Err(CudaError::Invalid(format!(
@@ -100,7 +153,8 @@ pub fn paged_attention(
     }
     let q_tiles = lq.div_ceil(BLOCK_M);
     let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
-    let wanted = splits
+    let wanted = opts
+        .splits
         .unwrap_or_else(|| choose_splits(q_tiles, heads, kv_tiles, dev.info.sm_count as usize))
         .clamp(1, kv_tiles);
     // Every split gets at least one tile.
@@ -108,18 +162,19 @@ pub fn paged_attention(
     let n_splits = kv_tiles.div_ceil(tiles_per_split);
     ws.reserve(dev, lq, heads, n_splits)?;
 
-    let fwd = dev.kernels.get("paged_attention_fwd")?;
+    let fwd = dev.kernels.get(kernel.entry())?;
+    // Above 48 KB of dynamic shared memory a kernel must opt in.
     fwd.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        SMEM_BYTES as i32,
+        kernel.smem_bytes() as i32,
     )?;
     let scale_log2 = (1.0 / (HEAD_DIM as f32).sqrt()) * std::f32::consts::LOG2_E;
     let (lq32, heads32) = (lq as u32, heads as u32);
     let (tps32, ns32) = (tiles_per_split as u32, n_splits as u32);
     let cfg = LaunchConfig {
         grid_dim: (q_tiles as u32, ns32, heads32),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: SMEM_BYTES,
+        block_dim: (kernel.threads(), 1, 1),
+        shared_mem_bytes: kernel.smem_bytes(),
     };
     let mut b = dev.stream.launch_builder(fwd);
     b.arg(q)
@@ -136,7 +191,7 @@ pub fn paged_attention(
         .arg(&tps32)
         .arg(&ns32)
         .arg(&scale_log2);
-    // SAFETY: arguments match paged_attention_fwd; sizes checked above; the page table was
+    // SAFETY: arguments match both attention kernels; sizes checked above; the page table was
     // validated against the pool when uploaded.
     unsafe { b.launch(cfg) }?;
 
@@ -170,7 +225,7 @@ pub fn cache_attention(
     q: &CudaSlice<bf16>,
     out: &mut CudaSlice<bf16>,
     lq: usize,
-    splits: Option<usize>,
+    opts: AttentionOptions,
     ws: &mut AttentionWorkspace,
 ) -> Result<usize, CudaError> {
     let g = cache.geometry();
@@ -182,7 +237,7 @@ pub fn cache_attention(
         n_pages: cache.n_pages() as u32,
         kv_len: cache.kv_len(),
     };
-    paged_attention(dev, q, out, &kv, lq, g.heads, splits, ws)
+    paged_attention(dev, q, out, &kv, lq, g.heads, opts, ws)
 }
 
 /// The dense baseline: at every call the visible keys are concatenated into one contiguous
@@ -262,7 +317,7 @@ impl DenseBaseline {
         q: &CudaSlice<bf16>,
         out: &mut CudaSlice<bf16>,
         lq: usize,
-        splits: Option<usize>,
+        opts: AttentionOptions,
         ws: &mut AttentionWorkspace,
     ) -> Result<usize, CudaError> {
         let kv = PagedKv {
@@ -273,6 +328,6 @@ impl DenseBaseline {
             n_pages: 1,
             kv_len: self.table_kv_len,
         };
-        paged_attention(dev, q, out, &kv, lq, heads, splits, ws)
+        paged_attention(dev, q, out, &kv, lq, heads, opts, ws)
     }
 }

@@ -10,10 +10,10 @@ pub enum CudaError {
     Driver(#[from] cudarc::driver::DriverError),
     #[error("NVRTC is unavailable: {0}")]
     NvrtcUnavailable(String),
-    #[error("NVRTC could not compile {kernel}.cu for sm_{arch}:\n{log}")]
+    #[error("NVRTC could not compile {kernel}.cu for {target}:\n{log}")]
     Compile {
         kernel: String,
-        arch: u32,
+        target: String,
         log: String,
     },
     #[error("no CUDA kernel named `{0}` is registered")]

@@ -13,7 +13,9 @@ pub mod kv;
 pub mod nvrtc;
 pub mod registry;
 
-pub use attention::{AttentionWorkspace, DenseBaseline, choose_splits};
+pub use attention::{
+    AttentionKernel, AttentionOptions, AttentionWorkspace, DenseBaseline, choose_splits,
+};
 pub use device::{CudaDevice, DeviceInfo, probe};
 pub use error::CudaError;
 pub use kv::{DeviceKvCache, KvGeometry, PageTableUpload};

@@ -33,19 +33,19 @@ pub fn version() -> Result<(i32, i32), CudaError> {
     Ok((major, minor))
 }
 
-/// Compiles `source` (file stem `name`) to a CUBIN for `sm_{arch}`; no cache.
-pub fn compile_cubin(name: &str, source: &str, arch: u32) -> Result<Vec<u8>, CudaError> {
+/// Compiles `source` (file stem `name`) to a CUBIN for `target` (`sm_90a`, `sm_80`, ...); no cache.
+pub fn compile_cubin(name: &str, source: &str, target: &str) -> Result<Vec<u8>, CudaError> {
     available().map_err(CudaError::NvrtcUnavailable)?;
     let fail = |log: String| CudaError::Compile {
         kernel: name.to_owned(),
-        arch,
+        target: target.to_owned(),
         log,
     };
     let src = CString::new(source).map_err(|_| fail("source contains a NUL byte".into()))?;
     let file = CString::new(format!("{name}.cu")).map_err(|_| fail("bad name".into()))?;
     let prog = result::create_program(&src, Some(&file)).map_err(|e| fail(format!("{e:?}")))?;
     let mut options: Vec<String> = OPTIONS.iter().map(|s| s.to_string()).collect();
-    options.push(format!("--gpu-architecture=sm_{arch}"));
+    options.push(format!("--gpu-architecture={target}"));
     // SAFETY: `prog` is live until destroy_program below; the options outlive the call.
     let compiled = unsafe { result::compile_program(prog, &options) };
     let outcome = match compiled {
@@ -92,26 +92,26 @@ fn c_chars_to_string(raw: &[c_char]) -> String {
 /// Compiles with the on-disk cache: `$STREAMRECON_KERNEL_CACHE`, else `$XDG_CACHE_HOME` or
 /// `~/.cache`, under `streamrecon/kernels/`. A cache that cannot be read or written is skipped,
 /// never fatal.
-pub fn compile_cached(name: &str, source: &str, arch: u32) -> Result<Vec<u8>, CudaError> {
+pub fn compile_cached(name: &str, source: &str, target: &str) -> Result<Vec<u8>, CudaError> {
     let (major, minor) = version()?;
     let key = fnv1a64(
         [
             source.as_bytes(),
-            &arch.to_le_bytes(),
+            target.as_bytes(),
             OPTIONS.join(" ").as_bytes(),
             &major.to_le_bytes(),
             &minor.to_le_bytes(),
         ]
         .into_iter(),
     );
-    let path = cache_dir().map(|d| d.join(format!("{name}-sm_{arch}-{key:016x}.cubin")));
+    let path = cache_dir().map(|d| d.join(format!("{name}-{target}-{key:016x}.cubin")));
     if let Some(p) = &path
         && let Ok(bytes) = std::fs::read(p)
         && !bytes.is_empty()
     {
         return Ok(bytes);
     }
-    let cubin = compile_cubin(name, source, arch)?;
+    let cubin = compile_cubin(name, source, target)?;
     if let Some(p) = &path {
         // Write then rename, so a concurrent reader never sees half a file.
         let tmp = p.with_extension(format!("tmp{}", std::process::id()));

@@ -19,6 +19,20 @@ pub struct KernelSource {
     pub name: &'static str,
     pub source: &'static str,
     pub functions: &'static [&'static str],
+    /// Uses sm_90a-only instructions (wgmma): built for Hopper alone, as `sm_90a`.
+    pub hopper_only: bool,
+}
+
+impl KernelSource {
+    /// The NVRTC/nvcc target for a GPU of compute capability `arch`, or None when this source
+    /// does not apply to it.
+    pub fn target(&self, arch: u32) -> Option<String> {
+        match (self.hopper_only, arch) {
+            (true, 90) => Some("sm_90a".into()),
+            (true, _) => None,
+            (false, a) => Some(format!("sm_{a}")),
+        }
+    }
 }
 
 /// Every kernel file of the crate. The NVRTC test compiles each of them.
@@ -27,16 +41,25 @@ pub const SOURCES: &[KernelSource] = &[
         name: "paged_attention",
         source: include_str!("../../../kernels/paged_attention.cu"),
         functions: &["paged_attention_fwd", "attention_combine"],
+        hopper_only: false,
+    },
+    KernelSource {
+        name: "paged_attention_sm90",
+        source: include_str!("../../../kernels/paged_attention_sm90.cu"),
+        functions: &["paged_attention_fwd_sm90"],
+        hopper_only: true,
     },
     KernelSource {
         name: "kv_cache",
         source: include_str!("../../../kernels/kv_cache.cu"),
         functions: &["kv_write_runs", "kv_gather_dense"],
+        hopper_only: false,
     },
     KernelSource {
         name: "util",
         source: include_str!("../../../kernels/util.cu"),
         functions: &["fill_random_bf16"],
+        hopper_only: false,
     },
 ];
 
@@ -68,10 +91,13 @@ impl KernelRegistry {
         let mut origins = Vec::new();
         let mut modules = Vec::new();
         for src in SOURCES {
+            let Some(target) = src.target(arch) else {
+                continue;
+            };
             let (cubin, origin) = match prebuilt(src.name, arch) {
                 Some(bytes) => (bytes.to_vec(), Origin::Nvcc),
                 None => (
-                    nvrtc::compile_cached(src.name, src.source, arch)?,
+                    nvrtc::compile_cached(src.name, src.source, &target)?,
                     Origin::Nvrtc,
                 ),
             };
@@ -87,6 +113,11 @@ impl KernelRegistry {
             origins,
             _modules: modules,
         })
+    }
+
+    /// Whether an entry point was loaded (Hopper-only kernels are absent elsewhere).
+    pub fn has(&self, name: &str) -> bool {
+        self.functions.contains_key(name)
     }
 
     pub fn get(&self, name: &str) -> Result<&CudaFunction, CudaError> {
