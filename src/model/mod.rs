@@ -23,6 +23,7 @@ pub mod dino;
 pub mod dpt_head;
 pub mod loading;
 pub mod pose;
+pub mod preprocess;
 pub mod record;
 pub mod stream;
 
