@@ -1,0 +1,74 @@
+//! CPU speed of the whole model with random weights (ignored by default: the full model takes
+//! minutes per frame on a small machine). Run with
+//! `cargo test --release --test model_speed -- --ignored --nocapture`; environment knobs:
+//! `SPEED_PRESET` (`tiny`, `full` or `both`, default `both`), `SPEED_FRAMES` (streaming frames
+//! after phase 1, default 2), `SPEED_SCALE` (scale frames, default 2), `SPEED_W`/`SPEED_H`
+//! (default 518×378). Peak memory: wrap the command in `/usr/bin/time -v`.
+
+use std::time::Instant;
+
+use streamrecon::attention::AttentionLayout;
+use streamrecon::model::weights::random::random_store;
+use streamrecon::model::{GctModel, ModelConfig};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn time_preset(name: &str, mut cfg: ModelConfig) {
+    let (w, h) = (env_usize("SPEED_W", 518), env_usize("SPEED_H", 378));
+    let scale = env_usize("SPEED_SCALE", 2);
+    let frames = env_usize("SPEED_FRAMES", 2);
+    cfg.scale_frames = scale;
+    let t0 = Instant::now();
+    let model = GctModel::from_store(cfg.clone(), random_store(&cfg, 42)).expect("model builds");
+    let build = t0.elapsed();
+    let mut stream = model
+        .new_stream(h, w, AttentionLayout::Paged)
+        .expect("stream");
+    // Smooth synthetic images in [0, 1].
+    let image = |f: usize| -> Vec<f32> {
+        (0..3 * h * w)
+            .map(|i| 0.5 + 0.4 * ((i % w) as f32 * 0.05 + (i / w) as f32 * 0.03 + f as f32).sin())
+            .collect()
+    };
+    let phase1: Vec<f32> = (0..scale).flat_map(image).collect();
+    let t = Instant::now();
+    model
+        .step(&mut stream, &phase1, 0..scale as u64, true, None)
+        .expect("phase 1");
+    let p1 = t.elapsed();
+    let mut per_frame = Vec::new();
+    for i in 0..frames {
+        let f = (scale + i) as u64;
+        let t = Instant::now();
+        model
+            .step(&mut stream, &image(scale + i), f..f + 1, true, None)
+            .expect("phase 2");
+        per_frame.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let mean = per_frame.iter().sum::<f64>() / per_frame.len().max(1) as f64;
+    println!(
+        "speed {name}: {w}x{h}, {} threads, weights {:.1}s, phase 1 ({scale} frames) {:.0} ms ({:.0} ms/frame), \
+         streaming frames {per_frame:.0?} ms, mean {mean:.0} ms/frame",
+        rayon::current_num_threads(),
+        build.as_secs_f64(),
+        p1.as_secs_f64() * 1e3,
+        p1.as_secs_f64() * 1e3 / scale as f64,
+    );
+}
+
+#[test]
+#[ignore = "minutes of CPU time; run explicitly for the speed numbers"]
+fn cpu_speed() {
+    let preset = std::env::var("SPEED_PRESET").unwrap_or_else(|_| "both".into());
+    if preset == "tiny" || preset == "both" {
+        time_preset("tiny", ModelConfig::tiny());
+    }
+    if preset == "full" || preset == "both" {
+        time_preset("full", ModelConfig::default());
+    }
+}
