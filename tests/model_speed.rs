@@ -42,12 +42,14 @@ fn time_preset(name: &str, mut cfg: ModelConfig) {
         .expect("phase 1");
     let p1 = t.elapsed();
     let mut per_frame = Vec::new();
+    let mut last = None;
     for i in 0..frames {
         let f = (scale + i) as u64;
         let t = Instant::now();
-        model
+        let out = model
             .step(&mut stream, &image(scale + i), f..f + 1, true, None)
             .expect("phase 2");
+        last = Some(out.timings);
         per_frame.push(t.elapsed().as_secs_f64() * 1e3);
     }
     let mean = per_frame.iter().sum::<f64>() / per_frame.len().max(1) as f64;
@@ -59,6 +61,9 @@ fn time_preset(name: &str, mut cfg: ModelConfig) {
         p1.as_secs_f64() * 1e3,
         p1.as_secs_f64() * 1e3 / scale as f64,
     );
+    if let Some(t) = last {
+        println!("  last frame by stage (ms): {t:.0?}");
+    }
 }
 
 #[test]

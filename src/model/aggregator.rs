@@ -11,7 +11,9 @@ use super::error::{ModelError, Result};
 use super::ops::attention::{AttentionShape, attend};
 use super::ops::rope::{apply_rope_2d, apply_rope_3d, rope_3d_table};
 use super::record::{Recorder, put};
+use super::timing::{StageTimings, ms_since};
 use super::weights::WeightStore;
+use std::time::Instant;
 
 /// ImageNet statistics applied inside the model (inputs arrive in [0, 1]).
 pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
@@ -96,6 +98,7 @@ impl Aggregator {
         at: &CallPosition,
         cache: &mut CpuKvCache,
         mut rec: Option<&mut Recorder>,
+        timings: &mut StageTimings,
     ) -> Result<Vec<Vec<f32>>> {
         let c = self.embed;
         let (ph, pw) = (height / self.patch, width / self.patch);
@@ -110,8 +113,10 @@ impl Aggregator {
             )));
         }
 
+        let clock = Instant::now();
         let normalized = imagenet_normalize(images, frames, height * width);
         let patches = self.dino.forward(&normalized, frames, height, width)?;
+        timings.dino_ms += ms_since(clock);
         put(&mut rec, "dino_patch_tokens", vec![frames, np, c], &patches);
 
         // Tokens per frame: [camera, 4 registers, scale, patches].
@@ -179,6 +184,7 @@ impl Aggregator {
             .enumerate()
         {
             // Frame block: attention within each frame.
+            let clock = Instant::now();
             let mut qkv = fb.qkv(&x, frames * p);
             apply_rope_2d(&mut qkv.q, &pos2d_all, self.heads, self.head_dim);
             apply_rope_2d(&mut qkv.k, &pos2d_all, self.heads, self.head_dim);
@@ -205,15 +211,20 @@ impl Aggregator {
             } else {
                 None
             };
+            timings.frame_blocks_ms += ms_since(clock);
 
             // Global block: this call's tokens attend to everything the cache shows.
+            let clock = Instant::now();
             let mut qkv = gb.qkv(&x, frames * p);
             apply_rope_3d(&mut qkv.q, &rope3d, self.heads, self.head_dim);
             apply_rope_3d(&mut qkv.k, &rope3d, self.heads, self.head_dim);
+            let attention_clock = Instant::now();
             cache.write_layer(g, &qkv.k, &qkv.v)?;
             let mut attn = vec![0.0f32; frames * p * c];
             cache.attend_layer(g, &qkv.q, &mut attn)?;
+            timings.global_attention_ms += ms_since(attention_clock);
             gb.finish(&mut x, &attn, frames * p);
+            timings.global_blocks_ms += ms_since(clock);
             put(
                 &mut rec,
                 &format!("global_block.{g}"),

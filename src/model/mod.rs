@@ -10,6 +10,7 @@ pub mod config;
 pub mod error;
 pub mod ops;
 pub mod tensor;
+pub mod timing;
 pub mod weights;
 
 pub use config::ModelConfig;

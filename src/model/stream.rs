@@ -16,7 +16,9 @@ use super::dpt_head::DptHead;
 use super::error::{ModelError, Result};
 use super::pose::{Camera, decode_pose, unproject_to_world};
 use super::record::{Recorder, put};
+use super::timing::{StageTimings, ms_since};
 use super::weights::WeightStore;
+use std::time::Instant;
 
 pub struct GctModel {
     cfg: ModelConfig,
@@ -40,6 +42,7 @@ pub struct StepOutput {
     pub cameras: Vec<Camera>,
     /// `[S][H][W][3]`.
     pub world_points: Vec<f32>,
+    pub timings: StageTimings,
 }
 
 /// Caches and counters of one stream.
@@ -187,6 +190,8 @@ impl GctModel {
         } else {
             StepKind::NonKeyframe
         };
+        let start = Instant::now();
+        let mut timings = StageTimings::default();
         state.cache.begin_step(frames.clone(), kind)?;
         let taps = match self.aggregator.forward(
             images,
@@ -196,6 +201,7 @@ impl GctModel {
             &at,
             &mut state.cache,
             rec.as_deref_mut(),
+            &mut timings,
         ) {
             Ok(t) => t,
             Err(e) => {
@@ -219,6 +225,7 @@ impl GctModel {
                     .copied()
             })
             .collect();
+        let clock = Instant::now();
         let pose_enc = self.camera_head.forward(
             &camera_tokens,
             s,
@@ -227,7 +234,10 @@ impl GctModel {
             rec.as_deref_mut(),
         )?;
 
+        timings.camera_head_ms = ms_since(clock);
+        let clock = Instant::now();
         let raw = self.depth_head.forward(&taps, s, h, w);
+        timings.depth_head_ms = ms_since(clock);
         put(&mut rec, "dpt_raw", vec![s, 2, h, w], &raw);
         let plane = h * w;
         let mut depth = Vec::with_capacity(s * plane);
@@ -267,6 +277,10 @@ impl GctModel {
             depth_conf,
             cameras,
             world_points,
+            timings: StageTimings {
+                total_ms: ms_since(start),
+                ..timings
+            },
         })
     }
 }
