@@ -37,7 +37,7 @@ fn naive_lines(
     }
     let mut lines = Vec::new();
     for f in phase1..frames {
-        let keyframe = interval <= 1 || (f - phase1) % interval == 0;
+        let keyframe = interval <= 1 || (f - phase1).is_multiple_of(interval);
         let mut scale_now = scale_frames.clone();
         let mut window_now = window_frames.clone();
         if scale_now.len() < scale {
@@ -155,7 +155,7 @@ proptest! {
         while f < frames {
             let (range, kind) = if first && phase1 > 0 {
                 (0..phase1, StepKind::Keyframe)
-            } else if interval <= 1 || (f - phase1) % interval == 0 {
+            } else if interval <= 1 || (f - phase1).is_multiple_of(interval) {
                 (f..f + 1, StepKind::Keyframe)
             } else {
                 (f..f + 1, StepKind::NonKeyframe)

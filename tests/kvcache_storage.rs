@@ -47,7 +47,7 @@ fn run_stream(
     while f < frames {
         let (range, kind) = if f == 0 && phase1 > 0 {
             (0..phase1, StepKind::Keyframe)
-        } else if interval <= 1 || (f - phase1) % interval == 0 {
+        } else if interval <= 1 || (f - phase1).is_multiple_of(interval) {
             (f..f + 1, StepKind::Keyframe)
         } else {
             (f..f + 1, StepKind::NonKeyframe)
@@ -141,7 +141,7 @@ fn compare_layouts(cfg: CacheConfig, frames: u64, interval: u64, seed: u64) -> f
     while f < frames {
         let (range, kind) = if f == 0 && phase1 > 0 {
             (0..phase1, StepKind::Keyframe)
-        } else if interval <= 1 || (f - phase1) % interval == 0 {
+        } else if interval <= 1 || (f - phase1).is_multiple_of(interval) {
             (f..f + 1, StepKind::Keyframe)
         } else {
             (f..f + 1, StepKind::NonKeyframe)

@@ -203,7 +203,7 @@ pub fn dense_attention(
 ) -> Result<(), CacheError> {
     shape.check(q, out)?;
     let token_elems = shape.heads * shape.head_dim;
-    if k.len() != v.len() || k.len() % token_elems != 0 {
+    if k.len() != v.len() || !k.len().is_multiple_of(token_elems) {
         return Err(CacheError::WrongSize {
             what: "dense K/V",
             expected: k.len().div_ceil(token_elems) * token_elems,

@@ -34,7 +34,7 @@ impl AttentionShape {
 
     fn check(self, q: &[f32], out: &[f32]) -> Result<(), CacheError> {
         let token = self.heads * self.head_dim;
-        if token == 0 || q.is_empty() || q.len() % token != 0 {
+        if token == 0 || q.is_empty() || !q.len().is_multiple_of(token) {
             return Err(CacheError::WrongSize {
                 what: "queries ([tokens][heads][head_dim])",
                 expected: q.len().div_ceil(token.max(1)).max(1) * token,
