@@ -8,3 +8,4 @@ pub mod backend;
 pub mod cli;
 pub mod kvcache;
 pub mod model;
+pub mod pipeline;

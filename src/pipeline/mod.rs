@@ -1,0 +1,5 @@
+//! Capture, inference and consumer threads joined by bounded channels.
+
+pub mod result;
+
+pub use result::{CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage, StageTime};
