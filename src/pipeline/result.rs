@@ -32,7 +32,7 @@ pub struct Intrinsics {
 /// The points of one frame that passed the confidence filter, in world coordinates.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FramePoints {
-    pub xyz: Vec<Vec3>,
+    pub xyz: Vec<[f32; 3]>,
     pub rgb: Vec<[u8; 3]>,
     pub confidence: Vec<f32>,
 }
