@@ -345,3 +345,60 @@ fn aborting_a_keyframe_restores_everything() {
         assert_eq!(cache.layer_state(0).unwrap(), state, "{layout}");
     }
 }
+
+/// Softmax attention in f64 over every key, written as plainly as possible.
+fn naive_attention(q: &[f32], k: &[f32], v: &[f32], heads: usize, d: usize) -> Vec<f32> {
+    let te = heads * d;
+    let (nq, nk) = (q.len() / te, k.len() / te);
+    let mut out = vec![0f32; q.len()];
+    for i in 0..nq {
+        for h in 0..heads {
+            let logits: Vec<f64> = (0..nk)
+                .map(|t| {
+                    (0..d)
+                        .map(|j| q[i * te + h * d + j] as f64 * k[t * te + h * d + j] as f64)
+                        .sum::<f64>()
+                        / (d as f64).sqrt()
+                })
+                .collect();
+            let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for j in 0..d {
+                let acc: f64 = (0..nk)
+                    .map(|t| weights[t] * v[t * te + h * d + j] as f64)
+                    .sum();
+                out[i * te + h * d + j] = (acc / total) as f32;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn both_layouts_match_a_naive_reference() {
+    // 3 frames of 300 patches: several key tiles per page, and a partial last tile.
+    let cfg = CacheConfig::new(1, 2, 64, 300, 3, 2);
+    let mut rng = StdRng::seed_from_u64(9);
+    let te = cfg.heads * cfg.head_dim;
+    let tokens = 3 * cfg.tokens_per_frame();
+    let k: Vec<f32> = random(&mut rng, tokens * te)
+        .iter()
+        .map(|x| x * 5.0)
+        .collect();
+    let v = random(&mut rng, tokens * te);
+    let q = random(&mut rng, 70 * te);
+    let expected = naive_attention(&q, &k, &v, cfg.heads, cfg.head_dim);
+    for layout in [AttentionLayout::Paged, AttentionLayout::Dense] {
+        let mut cache = CpuKvCache::new(cfg.clone(), layout).unwrap();
+        cache.begin_step(0..3, StepKind::Keyframe).unwrap();
+        cache.write_layer(0, &k, &v).unwrap();
+        let mut out = vec![0f32; q.len()];
+        cache.attend_layer(0, &q, &mut out).unwrap();
+        let err = max_relative_difference(&out, &expected);
+        assert!(
+            err <= 1e-5,
+            "{layout}: relative error {err} against the f64 reference"
+        );
+    }
+}

@@ -1,5 +1,5 @@
 //! The dense baseline: per-frame K/V kept as a list and concatenated at every call, as the
-//! reference's SDPA path does, then ordinary (two-pass) softmax attention.
+//! reference's SDPA path does, then attention over the contiguous copy.
 
 use std::collections::VecDeque;
 
@@ -7,7 +7,8 @@ use rayon::prelude::*;
 
 use crate::kvcache::{CacheConfig, CacheError, KvBuf, StorageDtype};
 
-use super::{AttentionShape, Q_BLOCK, paged::dot};
+use super::tile::{KV_TILE, OnlineSoftmax};
+use super::{AttentionShape, Q_BLOCK};
 
 /// One frame held in full: all its tokens (special then patch).
 #[derive(Debug, Clone)]
@@ -192,8 +193,9 @@ fn reserve(buf: &mut KvBuf, n: usize) {
     }
 }
 
-/// Plain attention over contiguous K/V `[keys][heads][head_dim]`: full score rows, max, exp,
-/// sum, weighted values. Independent of the paged path's online softmax.
+/// Attention over contiguous K/V `[keys][heads][head_dim]` (what the concatenation produced),
+/// with the same online-softmax tiles as the paged path, so an A/B of the two layouts measures
+/// the layout and not two different kernels.
 pub fn dense_attention(
     shape: AttentionShape,
     q: &[f32],
@@ -220,36 +222,24 @@ pub fn dense_attention(
         .enumerate()
         .for_each(|(block, out_block)| {
             let nq = out_block.len() / token_elems;
-            let mut scores = vec![0f32; keys];
-            let mut key = vec![0f32; d];
-            let mut value = vec![0f32; d];
-            let mut acc = vec![0f32; d];
+            let q_block = &q[block * Q_BLOCK * token_elems..][..nq * token_elems];
+            let mut state = OnlineSoftmax::new(nq, d);
+            let mut k_tile = vec![0f32; KV_TILE * d];
+            let mut v_tile = vec![0f32; KV_TILE * d];
             for h in 0..shape.heads {
-                for i in 0..nq {
-                    let qi = &q[((block * Q_BLOCK + i) * shape.heads + h) * d..][..d];
-                    let mut max = f32::NEG_INFINITY;
-                    for (t, s) in scores.iter_mut().enumerate() {
-                        k.read(t * token_elems + h * d, &mut key);
-                        *s = dot(qi, &key) * scale;
-                        max = max.max(*s);
+                state.start(q_block, h, shape.heads, scale);
+                let mut start = 0;
+                while start < keys {
+                    let n = KV_TILE.min(keys - start);
+                    for t in 0..n {
+                        let at = (start + t) * token_elems + h * d;
+                        k.read(at, &mut k_tile[t * d..][..d]);
+                        v.read(at, &mut v_tile[t * d..][..d]);
                     }
-                    let mut sum = 0.0;
-                    for s in scores.iter_mut() {
-                        *s = (*s - max).exp();
-                        sum += *s;
-                    }
-                    acc.fill(0.0);
-                    for (t, &p) in scores.iter().enumerate() {
-                        v.read(t * token_elems + h * d, &mut value);
-                        for (a, &x) in acc.iter_mut().zip(&value) {
-                            *a += p * x;
-                        }
-                    }
-                    let dst = &mut out_block[(i * shape.heads + h) * d..][..d];
-                    for (o, &a) in dst.iter_mut().zip(&acc) {
-                        *o = a / sum;
-                    }
+                    state.absorb(&k_tile[..n * d], &v_tile[..n * d], n);
+                    start += n;
                 }
+                state.finish_into(out_block, h, shape.heads);
             }
         });
     Ok(())

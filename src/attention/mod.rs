@@ -7,6 +7,7 @@
 mod cpu_cache;
 pub mod dense;
 pub mod paged;
+mod tile;
 
 pub use cpu_cache::{AttentionLayout, CpuKvCache, LayerKvState};
 pub use dense::{DenseKvStore, dense_attention};
@@ -17,8 +18,6 @@ use crate::kvcache::CacheError;
 /// Queries per parallel task: big enough to amortise converting a K/V tile, small enough to
 /// give two cores several tasks even for one frame.
 pub(crate) const Q_BLOCK: usize = 32;
-/// Keys converted to f32 at a time.
-pub(crate) const KV_TILE: usize = 64;
 
 /// Heads and head size of `[tokens][heads][head_dim]` tensors. Scale is `1/sqrt(head_dim)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

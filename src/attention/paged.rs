@@ -7,7 +7,8 @@ use rayon::prelude::*;
 
 use crate::kvcache::{CacheError, KvBuf, KvElem, PagePlan};
 
-use super::{AttentionShape, KV_TILE, Q_BLOCK};
+use super::tile::{KV_TILE, OnlineSoftmax};
+use super::{AttentionShape, Q_BLOCK};
 
 /// Where a layer's pages live: `[page][K|V][page_size][heads][head_dim]`.
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +77,7 @@ fn attend_pages<T: KvElem>(
             let mut k_tile = vec![0f32; KV_TILE * d];
             let mut v_tile = vec![0f32; KV_TILE * d];
             for h in 0..shape.heads {
-                state.start(q_block, h, shape.heads, d, scale);
+                state.start(q_block, h, shape.heads, scale);
                 for (&page, &len) in plan.indices.iter().zip(&plan.page_lens) {
                     let page_base = page as usize * 2 * page_elems;
                     let mut start = 0usize;
@@ -97,100 +98,4 @@ fn attend_pages<T: KvElem>(
                 state.finish_into(out_block, h, shape.heads);
             }
         });
-}
-
-/// Running max, sum and weighted values of one head for a block of queries.
-struct OnlineSoftmax {
-    nq: usize,
-    d: usize,
-    q: Vec<f32>,
-    max: Vec<f32>,
-    sum: Vec<f32>,
-    acc: Vec<f32>,
-    scores: Vec<f32>,
-}
-
-impl OnlineSoftmax {
-    fn new(nq: usize, d: usize) -> Self {
-        Self {
-            nq,
-            d,
-            q: vec![0.0; nq * d],
-            max: vec![f32::NEG_INFINITY; nq],
-            sum: vec![0.0; nq],
-            acc: vec![0.0; nq * d],
-            scores: vec![0.0; KV_TILE],
-        }
-    }
-
-    /// Loads head `h` of the block's queries (pre-scaled) and clears the running state.
-    fn start(&mut self, q_block: &[f32], h: usize, heads: usize, d: usize, scale: f32) {
-        for i in 0..self.nq {
-            let src = &q_block[(i * heads + h) * d..][..d];
-            for (dst, &x) in self.q[i * d..][..d].iter_mut().zip(src) {
-                *dst = x * scale;
-            }
-        }
-        self.max.fill(f32::NEG_INFINITY);
-        self.sum.fill(0.0);
-        self.acc.fill(0.0);
-    }
-
-    fn absorb(&mut self, k: &[f32], v: &[f32], n: usize) {
-        let d = self.d;
-        for i in 0..self.nq {
-            let qi = &self.q[i * d..][..d];
-            let mut tile_max = f32::NEG_INFINITY;
-            for t in 0..n {
-                let s = dot(qi, &k[t * d..][..d]);
-                self.scores[t] = s;
-                tile_max = tile_max.max(s);
-            }
-            let new_max = self.max[i].max(tile_max);
-            // exp(-inf) = 0 clears the empty initial state without a branch on the first tile.
-            let correction = (self.max[i] - new_max).exp();
-            self.max[i] = new_max;
-            let acc = &mut self.acc[i * d..][..d];
-            for a in acc.iter_mut() {
-                *a *= correction;
-            }
-            let mut tile_sum = 0.0;
-            for t in 0..n {
-                let p = (self.scores[t] - new_max).exp();
-                tile_sum += p;
-                for (a, &x) in acc.iter_mut().zip(&v[t * d..][..d]) {
-                    *a += p * x;
-                }
-            }
-            self.sum[i] = self.sum[i] * correction + tile_sum;
-        }
-    }
-
-    fn finish_into(&self, out_block: &mut [f32], h: usize, heads: usize) {
-        let d = self.d;
-        for i in 0..self.nq {
-            let inv = 1.0 / self.sum[i];
-            let dst = &mut out_block[(i * heads + h) * d..][..d];
-            for (o, &a) in dst.iter_mut().zip(&self.acc[i * d..][..d]) {
-                *o = a * inv;
-            }
-        }
-    }
-}
-
-#[inline(always)]
-pub(super) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight independent partial sums let the compiler vectorise without reassociating floats.
-    let mut partial = [0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
-        for l in 0..8 {
-            partial[l] += a[c * 8 + l] * b[c * 8 + l];
-        }
-    }
-    let mut total: f32 = partial.iter().sum();
-    for j in chunks * 8..a.len() {
-        total += a[j] * b[j];
-    }
-    total
 }
