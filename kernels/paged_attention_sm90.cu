@@ -37,6 +37,19 @@ __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2,
                  : "r"(addr));
 }
 
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void mma_bf16(float* d, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     u32 r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
@@ -100,7 +113,9 @@ extern "C" __global__ void __launch_bounds__(NUM_THREADS, 2)
 paged_attention_fwd_sm90(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
                          float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
                          const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages,
-                         u32 lq, u32 heads, u32 tiles_per_split, u32 n_splits, float scale_log2) {
+                         u32 lq, u32 heads, u32 tiles_per_split, u32 n_splits, float scale_log2,
+                         u32 variant) {
+    // variant (diagnostics): bit 0 computes S with mma.sync, bit 1 computes P V with mma.sync.
     extern __shared__ unsigned char smem_raw[];
     // wgmma's swizzle pattern is anchored at 1024-byte boundaries.
     unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
@@ -203,12 +218,30 @@ paged_attention_fwd_sm90(const u16* __restrict__ q, u16* __restrict__ out, float
         const u32 sv = sk + TILE_BYTES;
 
         // ---- S = Q K^T: four k16 steps along the head dimension (32 bytes into each row).
-        wgmma_fence();
+        // Defined accumulators even though the first wgmma ignores them (scale-d = 0): undefined
+        // inputs to the asynchronous MMA gave wrong results in one build.
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, q_frag[kc], smem_desc(sk + kc * 32), kc);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_acc(s);
+        for (int i = 0; i < 32; ++i) s[i] = 0.f;
+        if (variant & 1) {
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    u32 key = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+                    u32 ch = kc * 2 + ((lane >> 3) & 1);
+                    u32 b0, b1, b2, b3;
+                    ldmatrix_x4(sk + swz(key, ch) * 16, b0, b1, b2, b3);
+                    mma_bf16(s + (2 * np) * 4, q_frag[kc], b0, b1);
+                    mma_bf16(s + (2 * np + 1) * 4, q_frag[kc], b2, b3);
+                }
+        } else {
+            wgmma_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, q_frag[kc], smem_desc(sk + kc * 32), kc);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_acc(s);
+        }
 
         const u32 t0 = kv_begin + tile * BLOCK_N;
         if (t0 + BLOCK_N > kv_end) {
@@ -257,13 +290,32 @@ paged_attention_fwd_sm90(const u16* __restrict__ q, u16* __restrict__ out, float
         }
 
         // ---- O += P V: four k16 steps along the keys (16 rows of 128 bytes each).
-        fence_acc(o_acc);
-        wgmma_fence();
+        if (variant & 2) {
 #pragma unroll
-        for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o_acc, p_frag[kc], smem_desc(sv + kc * 2048), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_acc(o_acc);
+            for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                for (int dp = 0; dp < 4; ++dp) {
+                    u32 key = kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    u32 ch = dp * 2 + (lane >> 4);
+                    u32 b0, b1, b2, b3;
+                    ldmatrix_x4_trans(sv + swz(key, ch) * 16, b0, b1, b2, b3);
+                    mma_bf16(o_acc + (2 * dp) * 4, p_frag[kc], b0, b1);
+                    mma_bf16(o_acc + (2 * dp + 1) * 4, p_frag[kc], b2, b3);
+                }
+        } else {
+            fence_acc(o_acc);
+            wgmma_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o_acc, p_frag[kc], smem_desc(sv + kc * 2048), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_acc(o_acc);
+            // The A fragments are read asynchronously too: keep them alive until the wait.
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p_frag[kc][i])::"memory");
+        }
         __syncthreads();
     }
 

@@ -61,6 +61,9 @@ pub struct BenchArgs {
     /// mma, or wgmma. The other kernel, when present, is also timed in its own column.
     #[arg(long, default_value = "auto")]
     pub kernel: String,
+    /// Diagnostics: bit 0 / bit 1 make the wgmma kernel compute S / P V with mma.sync.
+    #[arg(long, default_value_t = 0)]
+    pub sm90_variant: u32,
     /// Tokens per page; default exact pages (= patches per frame, 999).
     #[arg(long)]
     pub page_size: Option<usize>,
@@ -382,6 +385,7 @@ fn attention_case(
     let opts = |k: AttentionKernel, splits: Option<usize>| AttentionOptions {
         splits,
         kernel: Some(k),
+        sm90_variant: args.sm90_variant,
     };
 
     // Host copies for the reference on sampled rows.

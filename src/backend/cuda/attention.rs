@@ -65,6 +65,8 @@ pub struct AttentionOptions {
     pub splits: Option<usize>,
     /// None: [`AttentionKernel::best_for`].
     pub kernel: Option<AttentionKernel>,
+    /// Diagnostics of the wgmma kernel: bit 0 computes S, bit 1 P V, with mma.sync instead.
+    pub sm90_variant: u32,
 }
 
 /// How many key splits to use: the largest count that still fits all CTAs in one wave, so a
@@ -191,6 +193,9 @@ pub fn paged_attention(
         .arg(&tps32)
         .arg(&ns32)
         .arg(&scale_log2);
+    if kernel == AttentionKernel::Wgmma {
+        b.arg(&opts.sm90_variant);
+    }
     // SAFETY: arguments match both attention kernels; sizes checked above; the page table was
     // validated against the pool when uploaded.
     unsafe { b.launch(cfg) }?;
