@@ -367,8 +367,8 @@ fn compare(
 
 pub fn print_report(report: &ParityReport, failures_only: bool) {
     println!(
-        "{:<34} {:>12} {:>12} {:>10}  {}",
-        "tensor", "max abs err", "max rel err", "err/tol", "pass"
+        "{:<34} {:>12} {:>12} {:>10}  pass",
+        "tensor", "max abs err", "max rel err", "err/tol"
     );
     for r in &report.rows {
         if failures_only && r.pass {

@@ -172,7 +172,7 @@ impl ModelConfig {
                 return bad(format!("`{name}` must be positive"));
             }
         }
-        if self.embed % self.heads != 0 {
+        if !self.embed.is_multiple_of(self.heads) {
             return bad(format!(
                 "`embed` {} is not divisible by `heads` {}",
                 self.embed, self.heads
@@ -184,7 +184,7 @@ impl ModelConfig {
                 self.head_dim()
             ));
         }
-        if self.head_input_dim() % self.cam_heads != 0 {
+        if !self.head_input_dim().is_multiple_of(self.cam_heads) {
             return bad(format!(
                 "camera head width {} is not divisible by `cam_heads` {}",
                 self.head_input_dim(),
@@ -197,16 +197,16 @@ impl ModelConfig {
                 self.depth, self.taps
             ));
         }
-        if self.dpt_out.len() != 4 || self.dpt_out.iter().any(|&c| c == 0 || c % 4 != 0) {
+        if self.dpt_out.len() != 4 || self.dpt_out.iter().any(|&c| c == 0 || !c.is_multiple_of(4)) {
             return bad(format!(
                 "`dpt_out` must be 4 positive multiples of 4, got {:?}",
                 self.dpt_out
             ));
         }
-        if self.dpt_features % 4 != 0 || (self.dpt_features / 2) % 4 != 0 {
+        if !self.dpt_features.is_multiple_of(8) {
             return bad("`dpt_features` must be a multiple of 8".into());
         }
-        if self.img_size % self.patch != 0 {
+        if !self.img_size.is_multiple_of(self.patch) {
             return bad(format!(
                 "`img_size` {} is not a multiple of `patch` {}",
                 self.img_size, self.patch
@@ -258,8 +258,8 @@ impl ModelConfig {
             *slot = need(&format!("depth_head.projects.{i}.weight"))?[0];
         }
         let fc1 = need("aggregator.frame_blocks.0.mlp.fc1.weight")?;
-        if cfg.embed > 0 {
-            cfg.mlp_ratio = fc1[0] / cfg.embed;
+        if let Some(ratio) = fc1[0].checked_div(cfg.embed) {
+            cfg.mlp_ratio = ratio;
         }
         cfg.validate(&src)?;
         Ok(cfg)

@@ -104,7 +104,7 @@ impl DinoBackbone {
         width: usize,
     ) -> Result<Vec<f32>> {
         let (c, p) = (self.embed, self.patch);
-        if height % p != 0 || width % p != 0 {
+        if !height.is_multiple_of(p) || !width.is_multiple_of(p) {
             return Err(ModelError::BadInput(format!(
                 "image {width}×{height} is not a multiple of the patch size {p}"
             )));

@@ -39,7 +39,7 @@ pub fn target_size(
     src_height: usize,
     cfg: &PreprocessConfig,
 ) -> Result<(usize, usize, usize)> {
-    if src_width == 0 || src_height == 0 || cfg.patch == 0 || cfg.width % cfg.patch != 0 {
+    if src_width == 0 || src_height == 0 || cfg.patch == 0 || !cfg.width.is_multiple_of(cfg.patch) {
         return Err(ModelError::BadInput(format!(
             "cannot preprocess a {src_width}×{src_height} image to width {} (patch {})",
             cfg.width, cfg.patch
@@ -74,8 +74,8 @@ pub fn preprocess_rgb8(
     let (w, resized_h, final_h) = target_size(src_width, src_height, cfg)?;
     let mut planes = FeatureMap::zeros(3, src_height, src_width);
     for (i, px) in rgb.chunks_exact(3).enumerate() {
-        for c in 0..3 {
-            planes.data[c * src_height * src_width + i] = px[c] as f32;
+        for (c, &v) in px.iter().enumerate() {
+            planes.data[c * src_height * src_width + i] = v as f32;
         }
     }
     // PIL resizes 8-bit images in two passes, rounding to 8 bits after each.

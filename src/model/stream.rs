@@ -85,7 +85,8 @@ pub fn streaming_schedule(total: u64, scale_frames: usize, keyframe_interval: us
         });
     }
     for i in scale..total {
-        let keyframe = keyframe_interval <= 1 || (i - scale) % keyframe_interval as u64 == 0;
+        let keyframe =
+            keyframe_interval <= 1 || (i - scale).is_multiple_of(keyframe_interval as u64);
         calls.push(Call {
             frames: i..i + 1,
             keyframe,
@@ -131,7 +132,7 @@ impl GctModel {
         layout: AttentionLayout,
     ) -> Result<StreamState> {
         let p = self.cfg.patch;
-        if height == 0 || width == 0 || height % p != 0 || width % p != 0 {
+        if height == 0 || width == 0 || !height.is_multiple_of(p) || !width.is_multiple_of(p) {
             return Err(ModelError::BadInput(format!(
                 "image {width}×{height} must be a positive multiple of the patch size {p}"
             )));

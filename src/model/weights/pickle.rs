@@ -191,7 +191,7 @@ pub fn evaluate(bytes: &[u8]) -> PResult<Value> {
             .ok_or_else(|| PickleError("pickle stack underflow".into()))
     }
     fn set_items(target: &mut Value, items: Vec<Value>) -> PResult<()> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return perr("odd number of items for a dict");
         }
         match target {

@@ -41,9 +41,12 @@ pub fn read_safetensors(path: &Path) -> Result<Vec<RawTensor>> {
     Ok(out)
 }
 
+/// A tensor's name, shape and values widened to f64.
+pub type NamedValues = (String, Vec<usize>, Vec<f64>);
+
 /// Read any tensor (f32 or integer) of a safetensors file as f64, for fixtures such as
 /// `total_frames_processed` (i64). Used by the parity tool.
-pub fn read_safetensors_any(path: &Path) -> Result<Vec<(String, Vec<usize>, Vec<f64>)>> {
+pub fn read_safetensors_any(path: &Path) -> Result<Vec<NamedValues>> {
     let bytes = std::fs::read(path).map_err(|e| ModelError::io(path, e))?;
     let st = SafeTensors::deserialize(&bytes)
         .map_err(|e| ModelError::bad_file(path, format!("safetensors header: {e}")))?;
