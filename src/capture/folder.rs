@@ -1,0 +1,247 @@
+//! An image folder: PNG and JPEG files in natural order (`frame2` before `frame10`).
+//!
+//! A file that cannot be decoded is skipped with a warning naming it (see
+//! [`CorruptFilePolicy`]); a long sequence is worth more than one broken frame. `--strict`
+//! ([`CorruptFilePolicy::Stop`]) turns the same case into an error naming the file.
+
+use std::cmp::Ordering;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::error::CaptureError;
+use super::{CapturedFrame, Source, ms_since};
+use crate::pipeline::RgbImage;
+
+/// What a file that does not decode does to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CorruptFilePolicy {
+    /// Skip it, with a warning naming it (the default).
+    #[default]
+    Skip,
+    /// Stop the source with an error naming it.
+    Stop,
+}
+
+pub struct ImageFolder {
+    dir: PathBuf,
+    files: Vec<PathBuf>,
+    next_file: usize,
+    next_index: u64,
+    policy: CorruptFilePolicy,
+    warnings: Vec<String>,
+    skipped: Vec<PathBuf>,
+    /// Nominal frame spacing for timestamps (files carry no capture time).
+    frame_period: Duration,
+}
+
+impl ImageFolder {
+    pub fn open(dir: &Path, policy: CorruptFilePolicy) -> Result<Self, CaptureError> {
+        let entries = std::fs::read_dir(dir).map_err(|source| CaptureError::Io {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let mut files = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| CaptureError::Io {
+                path: dir.to_owned(),
+                source,
+            })?;
+            let path = entry.path();
+            if path.is_file() && is_image_name(&path) {
+                files.push(path);
+            }
+        }
+        if files.is_empty() {
+            return Err(CaptureError::EmptyFolder(dir.to_owned()));
+        }
+        files.sort_by(|a, b| natural_cmp(&file_name(a), &file_name(b)));
+        Ok(ImageFolder {
+            dir: dir.to_owned(),
+            files,
+            next_file: 0,
+            next_index: 0,
+            policy,
+            warnings: Vec::new(),
+            skipped: Vec::new(),
+            frame_period: Duration::from_millis(100),
+        })
+    }
+
+    /// The files in the order they will be read.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// Files skipped so far because they did not decode.
+    pub fn skipped(&self) -> &[PathBuf] {
+        &self.skipped
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn is_image_name(p: &Path) -> bool {
+    matches!(
+        p.extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .as_deref(),
+        Some("png" | "jpg" | "jpeg")
+    )
+}
+
+/// Natural order: runs of digits compare by value, the rest by character.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (mut a, mut b) = (a, b);
+    loop {
+        match (a.chars().next(), b.chars().next()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                let da = a.len() - a.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                let db = b.len() - b.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                let (na, nb) = (&a[..da], &b[..db]);
+                let (ta, tb) = (na.trim_start_matches('0'), nb.trim_start_matches('0'));
+                // Longer digit runs (without leading zeros) are larger numbers; no overflow.
+                let by_value = ta.len().cmp(&tb.len()).then_with(|| ta.cmp(tb));
+                // Equal values: fewer leading zeros first, so the order is total.
+                let ord = by_value.then_with(|| na.len().cmp(&nb.len()));
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+                a = &a[da..];
+                b = &b[db..];
+            }
+            (Some(x), Some(y)) => {
+                if x != y {
+                    return x.cmp(&y);
+                }
+                a = &a[x.len_utf8()..];
+                b = &b[y.len_utf8()..];
+            }
+        }
+    }
+}
+
+/// Decode a file to packed RGB8 the way the model's preprocessing does: EXIF orientation
+/// applied, transparency composited onto white.
+pub fn decode_rgb8(path: &Path) -> Result<RgbImage, CaptureError> {
+    let bytes = std::fs::read(path).map_err(|source| CaptureError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    decode_bytes(path, bytes)
+}
+
+impl Source for ImageFolder {
+    fn next_frame(&mut self) -> Result<Option<CapturedFrame>, CaptureError> {
+        while let Some(path) = self.files.get(self.next_file).cloned() {
+            self.next_file += 1;
+            let clock = Instant::now();
+            let bytes = match std::fs::read(&path) {
+                Ok(b) => b,
+                Err(source) => return Err(CaptureError::Io { path, source }),
+            };
+            let capture_ms = ms_since(clock);
+            let clock = Instant::now();
+            // Decode from the bytes already read so the two timings stay apart.
+            let decoded = decode_bytes(&path, bytes);
+            let decode_ms = ms_since(clock);
+            let image = match decoded {
+                Ok(img) => img,
+                Err(err) => match self.policy {
+                    CorruptFilePolicy::Stop => return Err(err),
+                    CorruptFilePolicy::Skip => {
+                        self.warnings.push(format!("skipped {err}"));
+                        self.skipped.push(path);
+                        continue;
+                    }
+                },
+            };
+            let index = self.next_index;
+            self.next_index += 1;
+            return Ok(Some(CapturedFrame {
+                index,
+                image,
+                timestamp: self.frame_period * index as u32,
+                captured_at: Instant::now(),
+                capture_ms,
+                decode_ms,
+                label: Some(file_name(&path)),
+            }));
+        }
+        Ok(None)
+    }
+
+    fn is_live(&self) -> bool {
+        false
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "folder {} ({} images)",
+            self.dir.display(),
+            self.files.len()
+        )
+    }
+
+    fn remaining_hint(&self) -> Option<u64> {
+        Some((self.files.len() - self.next_file) as u64)
+    }
+
+    fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+}
+
+fn decode_bytes(path: &Path, bytes: Vec<u8>) -> Result<RgbImage, CaptureError> {
+    use image::ImageDecoder;
+    let bad = |reason: String| CaptureError::Decode {
+        path: path.to_owned(),
+        reason,
+    };
+    let reader = image::ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| bad(e.to_string()))?;
+    let mut decoder = reader.into_decoder().map_err(|e| bad(e.to_string()))?;
+    let orientation = decoder.orientation().map_err(|e| bad(e.to_string()))?;
+    let mut img = image::DynamicImage::from_decoder(decoder).map_err(|e| bad(e.to_string()))?;
+    img.apply_orientation(orientation);
+    Ok(composite_on_white(&img.to_rgba8()))
+}
+
+fn composite_on_white(rgba: &image::RgbaImage) -> RgbImage {
+    let (width, height) = rgba.dimensions();
+    let mut data = Vec::with_capacity(width as usize * height as usize * 3);
+    for px in rgba.pixels() {
+        let a = px[3] as u32;
+        for c in 0..3 {
+            // Alpha-composite onto white, rounded like PIL's 8-bit compositing.
+            data.push(((px[c] as u32 * a + 255 * (255 - a) + 127) / 255) as u8);
+        }
+    }
+    RgbImage {
+        width,
+        height,
+        data,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn natural_order() {
+        let mut names = vec!["f10.png", "f2.png", "f1.png", "f02.png", "a.png", "f1b.png"];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            names,
+            vec!["a.png", "f1.png", "f1b.png", "f2.png", "f02.png", "f10.png"]
+        );
+    }
+}

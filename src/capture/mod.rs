@@ -1,0 +1,69 @@
+//! Where frames come from: a webcam (nokhwa), an image folder, or the synthetic room.
+//!
+//! Every source yields packed 8-bit RGB with a capture time and an index, decoded on the
+//! thread that calls [`Source::next_frame`] (the pipeline's capture thread), so the inference
+//! thread never decodes. See docs/pipeline.md.
+
+pub mod error;
+pub mod folder;
+pub mod spec;
+pub mod synthetic;
+pub mod webcam;
+
+use std::time::{Duration, Instant};
+
+use crate::pipeline::RgbImage;
+
+pub use error::CaptureError;
+pub use folder::{CorruptFilePolicy, ImageFolder};
+pub use spec::InputSpec;
+pub use synthetic::{SyntheticScene, SyntheticSource, SyntheticView};
+pub use webcam::{CameraRequest, CameraSelector, Webcam, list_cameras};
+
+/// One frame as a source produced it.
+#[derive(Debug, Clone)]
+pub struct CapturedFrame {
+    /// Position in the source's stream. Folders number the files they decoded (skipped files
+    /// take no index); cameras count every frame they delivered.
+    pub index: u64,
+    pub image: RgbImage,
+    /// When the frame was captured (the driver's timestamp where there is one), relative to
+    /// the source's start.
+    pub timestamp: Duration,
+    /// When the source handed the frame over (for hand-off timings).
+    pub captured_at: Instant,
+    /// Time spent waiting for and reading the frame (device wait, file read).
+    pub capture_ms: f64,
+    /// Time spent decoding it to RGB8 (MJPEG/YUYV, PNG/JPEG).
+    pub decode_ms: f64,
+    /// A name for messages: the file name, or `None` for cameras.
+    pub label: Option<String>,
+}
+
+/// A stream of frames.
+pub trait Source: Send {
+    /// The next frame; `Ok(None)` at the end of a finite source. A live source blocks until
+    /// its device delivers; an error from a live source means the device is gone.
+    fn next_frame(&mut self) -> Result<Option<CapturedFrame>, CaptureError>;
+
+    /// Live sources run at the device's pace: the pipeline keeps only their newest frame and
+    /// counts what it drops. Non-live sources are read as fast as inference consumes them.
+    fn is_live(&self) -> bool;
+
+    /// What this source is, for logs and the summary.
+    fn describe(&self) -> String;
+
+    /// Frames still to come, when the source knows (a folder does, a camera does not).
+    fn remaining_hint(&self) -> Option<u64> {
+        None
+    }
+
+    /// Problems met since the last call that did not stop the source (e.g. a skipped file).
+    fn take_warnings(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+pub(crate) fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}

@@ -1,0 +1,194 @@
+//! The capture thread: reads the source, preprocesses to the model's input size, and hands
+//! frames to inference. Live sources keep only the newest frame (the older one is taken back
+//! out of the queue and counted as dropped); other sources block until inference takes the
+//! frame, so nothing is dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
+
+use crate::capture::{CapturedFrame, Source};
+use crate::model::preprocess::{PreprocessConfig, preprocess_rgb8};
+
+use super::result::RgbImage;
+
+/// A preprocessed frame on its way to inference.
+#[derive(Debug)]
+pub(crate) struct InputFrame {
+    pub index: u64,
+    pub label: Option<String>,
+    /// The model's input as RGB8 (for the result's image and point colours).
+    pub model_rgb: RgbImage,
+    /// `[3][H][W]` in [0, 1].
+    pub pixels: Vec<f32>,
+    pub height: usize,
+    pub width: usize,
+    pub capture_ms: f64,
+    pub decode_ms: f64,
+    pub preprocess_ms: f64,
+    pub sent_at: Instant,
+    /// Frames dropped between the previous delivered frame and this one.
+    pub dropped_before: u64,
+}
+
+/// Side messages from the capture thread; frames travel on their own channel.
+#[derive(Debug)]
+pub(crate) enum CaptureNote {
+    Warning(String),
+    /// The source failed (a camera unplugged); no more frames will come.
+    Failed(String),
+    /// The source ended normally (or reached the frame limit).
+    Ended,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct CaptureCounters {
+    pub captured: AtomicU64,
+    pub dropped: AtomicU64,
+    pub skipped: AtomicU64,
+    /// Frames read but not handed over because of a stop request.
+    pub discarded: AtomicU64,
+}
+
+pub(crate) struct CaptureLoop {
+    pub source: Box<dyn Source>,
+    pub preprocess: PreprocessConfig,
+    pub frames: Sender<InputFrame>,
+    /// The inference end of `frames`, used by live sources to take back a stale frame.
+    pub frames_back: Receiver<InputFrame>,
+    pub notes: Sender<CaptureNote>,
+    pub stop: Arc<AtomicBool>,
+    pub counters: Arc<CaptureCounters>,
+    pub max_frames: Option<u64>,
+}
+
+/// How often a blocked hand-off looks at the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+impl CaptureLoop {
+    pub(crate) fn run(mut self) {
+        let live = self.source.is_live();
+        while !self.stop.load(Ordering::Acquire) {
+            if self
+                .max_frames
+                .is_some_and(|n| self.counters.captured.load(Ordering::Relaxed) >= n)
+            {
+                let _ = self.notes.send(CaptureNote::Ended);
+                return;
+            }
+            let next = self.source.next_frame();
+            for w in self.source.take_warnings() {
+                let _ = self.notes.send(CaptureNote::Warning(w));
+            }
+            let frame = match next {
+                Ok(Some(f)) => f,
+                Ok(None) => {
+                    let _ = self.notes.send(CaptureNote::Ended);
+                    return;
+                }
+                Err(e) => {
+                    let _ = self.notes.send(CaptureNote::Failed(e.to_string()));
+                    return;
+                }
+            };
+            self.counters.captured.fetch_add(1, Ordering::Relaxed);
+            let Some(input) = self.prepare(frame) else {
+                continue;
+            };
+            let delivered = if live {
+                self.hand_over_newest(input)
+            } else {
+                self.hand_over_blocking(input)
+            };
+            if !delivered {
+                return;
+            }
+        }
+    }
+
+    fn prepare(&mut self, frame: CapturedFrame) -> Option<InputFrame> {
+        let clock = Instant::now();
+        let img = &frame.image;
+        let pre = match preprocess_rgb8(
+            &img.data,
+            img.width as usize,
+            img.height as usize,
+            &self.preprocess,
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                self.counters.skipped.fetch_add(1, Ordering::Relaxed);
+                let name = frame
+                    .label
+                    .unwrap_or_else(|| format!("frame {}", frame.index));
+                let _ = self
+                    .notes
+                    .send(CaptureNote::Warning(format!("skipped {name}: {e}")));
+                return None;
+            }
+        };
+        let plane = pre.height * pre.width;
+        let mut rgb = Vec::with_capacity(plane * 3);
+        for i in 0..plane {
+            for c in 0..3 {
+                rgb.push((pre.data[c * plane + i] * 255.0).round().clamp(0.0, 255.0) as u8);
+            }
+        }
+        Some(InputFrame {
+            index: frame.index,
+            label: frame.label,
+            model_rgb: RgbImage {
+                width: pre.width as u32,
+                height: pre.height as u32,
+                data: rgb,
+            },
+            pixels: pre.data,
+            height: pre.height,
+            width: pre.width,
+            capture_ms: frame.capture_ms,
+            decode_ms: frame.decode_ms,
+            preprocess_ms: clock.elapsed().as_secs_f64() * 1e3,
+            sent_at: Instant::now(),
+            dropped_before: 0,
+        })
+    }
+
+    /// Live: never wait. If the queue holds an older frame, take it back and count it.
+    fn hand_over_newest(&mut self, mut input: InputFrame) -> bool {
+        input.sent_at = Instant::now();
+        loop {
+            match self.frames.try_send(input) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) => {
+                    input = back;
+                    // Inference may take the stale frame meanwhile; then just retry.
+                    if let Ok(stale) = self.frames_back.try_recv() {
+                        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                        input.dropped_before += stale.dropped_before + 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Files: wait for inference (back-pressure), but notice a stop request.
+    fn hand_over_blocking(&mut self, mut input: InputFrame) -> bool {
+        input.sent_at = Instant::now();
+        loop {
+            match self.frames.send_timeout(input, STOP_POLL) {
+                Ok(()) => return true,
+                Err(SendTimeoutError::Disconnected(_)) => return false,
+                Err(SendTimeoutError::Timeout(back)) => {
+                    if self.stop.load(Ordering::Acquire) {
+                        self.counters.discarded.fetch_add(1, Ordering::Relaxed);
+                        return false;
+                    }
+                    input = back;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! The inference thread: owns the model session (and so all backend state), runs one call at
+//! a time, applies control requests between calls and publishes results.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, never, select};
+
+use crate::attention::AttentionLayout;
+
+use super::capture_thread::{CaptureCounters, CaptureNote, InputFrame};
+use super::control::{Control, Outputs, PipelineEvent};
+use super::frame::{CallContext, PointFilter, build_results};
+use super::keyframe::{Decision, KeyframePolicy, KeyframeScheduler};
+use super::model::{FrameModel, ModelLimits, ModelSession, SessionOptions};
+use super::result::FrameType;
+use super::summary::{PipelineSummary, StageSums};
+
+/// Settings a session is built with; changes wait for a reset.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SessionSettings {
+    pub layout: AttentionLayout,
+    pub window: usize,
+    pub keyframes: KeyframePolicy,
+}
+
+struct Session {
+    model: Box<dyn ModelSession>,
+    height: usize,
+    width: usize,
+    scheduler: KeyframeScheduler,
+    /// Frames waiting for the scale call.
+    scale_buffer: Vec<(InputFrame, Instant)>,
+    scale_done: bool,
+}
+
+pub(crate) struct Inference {
+    pub model: Arc<dyn FrameModel>,
+    pub limits: ModelLimits,
+    pub outputs: Outputs,
+    pub settings: SessionSettings,
+    pub pending: SessionSettings,
+    pub filter: PointFilter,
+    pub frames: Receiver<InputFrame>,
+    pub notes: Receiver<CaptureNote>,
+    pub control: Receiver<Control>,
+    pub capture_stop: Arc<AtomicBool>,
+    pub capture_counters: Arc<CaptureCounters>,
+    pub capture_thread: Option<JoinHandle<()>>,
+    pub summary: PipelineSummary,
+    pub stage_sums: StageSums,
+    pub started: Instant,
+    session: Option<Session>,
+    paused: bool,
+    input_done: bool,
+    notes_done: bool,
+    stopping: bool,
+}
+
+impl Inference {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        model: Arc<dyn FrameModel>,
+        outputs: Outputs,
+        settings: SessionSettings,
+        filter: PointFilter,
+        frames: Receiver<InputFrame>,
+        notes: Receiver<CaptureNote>,
+        control: Receiver<Control>,
+        capture_stop: Arc<AtomicBool>,
+        capture_counters: Arc<CaptureCounters>,
+        summary: PipelineSummary,
+    ) -> Self {
+        let limits = model.limits();
+        Inference {
+            model,
+            limits,
+            outputs,
+            settings,
+            pending: settings,
+            filter,
+            frames,
+            notes,
+            control,
+            capture_stop,
+            capture_counters,
+            capture_thread: None,
+            summary,
+            stage_sums: StageSums::default(),
+            started: Instant::now(),
+            session: None,
+            paused: false,
+            input_done: false,
+            notes_done: false,
+            stopping: false,
+        }
+    }
+
+    pub(crate) fn run(mut self) {
+        let no_frames = never::<InputFrame>();
+        let no_notes = never::<CaptureNote>();
+        while !self.stopping {
+            let frames = if self.paused || self.input_done {
+                &no_frames
+            } else {
+                &self.frames
+            };
+            let notes = if self.notes_done {
+                &no_notes
+            } else {
+                &self.notes
+            };
+            select! {
+                recv(self.control) -> msg => match msg {
+                    Ok(c) => self.on_control(c),
+                    // Every handle is gone: nobody can stop us later, so stop now.
+                    Err(_) => self.stopping = true,
+                },
+                recv(notes) -> note => match note {
+                    Ok(n) => self.on_note(n),
+                    Err(_) => self.notes_done = true,
+                },
+                recv(frames) -> frame => match frame {
+                    Ok(f) => self.on_frame(f, Instant::now()),
+                    Err(_) => self.on_input_done(),
+                },
+            }
+        }
+        self.shut_down();
+    }
+
+    fn on_control(&mut self, control: Control) {
+        match control {
+            Control::Pause => {
+                self.paused = true;
+                self.outputs.publish(PipelineEvent::Paused(true));
+            }
+            Control::Resume => {
+                self.paused = false;
+                self.outputs.publish(PipelineEvent::Paused(false));
+            }
+            Control::Reset => self.reset("requested"),
+            Control::SetAttention(layout) => self.pending.layout = layout,
+            Control::SetKeyframePolicy(policy) => self.pending.keyframes = policy,
+            Control::SetWindow(window) => self.pending.window = window,
+            Control::Stop => self.stopping = true,
+        }
+    }
+
+    fn on_note(&mut self, note: CaptureNote) {
+        match note {
+            CaptureNote::Warning(w) => self.warn(w),
+            CaptureNote::Failed(message) => {
+                self.summary.errors.push(message.clone());
+                self.outputs.publish(PipelineEvent::Error {
+                    stage: "capture",
+                    message,
+                });
+            }
+            CaptureNote::Ended => self.summary.input_ended = true,
+        }
+    }
+
+    fn warn(&mut self, w: String) {
+        tracing::warn!("{w}");
+        self.summary.warnings.push(w.clone());
+        self.outputs.publish(PipelineEvent::Warning(w));
+    }
+
+    /// The capture thread has exited and every frame it sent has been taken.
+    fn on_input_done(&mut self) {
+        self.input_done = true;
+        // Notes were sent before the capture thread dropped its frame sender: read them so the
+        // reason (end or failure) is known.
+        while let Ok(n) = self.notes.try_recv() {
+            self.on_note(n);
+        }
+        self.notes_done = true;
+        // Fewer frames than the scale call wants: run them as the scale call.
+        self.flush_scale_buffer();
+        if self.summary.input_ended {
+            self.outputs.publish(PipelineEvent::InputEnded);
+        }
+    }
+
+    fn reset(&mut self, reason: &str) {
+        if let Some(s) = self.session.take() {
+            self.summary.frames_discarded += s.scale_buffer.len() as u64;
+        }
+        if self.pending.keyframes != self.settings.keyframes {
+            if let Err(e) = KeyframeScheduler::new(
+                self.pending.keyframes,
+                self.limits.scale_frames,
+                self.limits.max_frame_num,
+            ) {
+                self.warn(format!("keyframe policy not applied: {e}"));
+                self.pending.keyframes = self.settings.keyframes;
+            }
+        }
+        self.settings = self.pending;
+        self.outputs.publish(PipelineEvent::SessionReset {
+            reason: reason.to_owned(),
+        });
+    }
+
+    fn open_session(&mut self, height: usize, width: usize) -> Option<&mut Session> {
+        let options = SessionOptions {
+            layout: self.settings.layout,
+            window: self.settings.window,
+        };
+        let scheduler = KeyframeScheduler::new(
+            self.settings.keyframes,
+            self.limits.scale_frames,
+            self.limits.max_frame_num,
+        );
+        let opened = scheduler.map_err(|e| e.to_string()).and_then(|scheduler| {
+            self.model
+                .start_session(height, width, options)
+                .map(|model| (model, scheduler))
+                .map_err(|e| e.to_string())
+        });
+        match opened {
+            Ok((model, scheduler)) => {
+                self.summary.sessions += 1;
+                self.session = Some(Session {
+                    model,
+                    height,
+                    width,
+                    scheduler,
+                    scale_buffer: Vec::new(),
+                    scale_done: false,
+                });
+                self.session.as_mut()
+            }
+            Err(message) => {
+                self.summary.errors.push(message.clone());
+                self.outputs.publish(PipelineEvent::Error {
+                    stage: "inference",
+                    message,
+                });
+                None
+            }
+        }
+    }
+
+    fn on_frame(&mut self, frame: InputFrame, received_at: Instant) {
+        if self.session.is_none() && self.open_session(frame.height, frame.width).is_none() {
+            self.summary.frames_skipped += 1;
+            return;
+        }
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        if (frame.height, frame.width) != (session.height, session.width) {
+            let name = frame
+                .label
+                .clone()
+                .unwrap_or_else(|| format!("frame {}", frame.index));
+            let msg = format!(
+                "skipped {name}: {}×{} after preprocessing, the session runs at {}×{}",
+                frame.width, frame.height, session.width, session.height
+            );
+            self.summary.frames_skipped += 1;
+            self.warn(msg);
+            return;
+        }
+        if !session.scale_done {
+            session.scale_buffer.push((frame, received_at));
+            if session.scale_buffer.len() >= self.limits.scale_frames {
+                self.flush_scale_buffer();
+            }
+            return;
+        }
+        let committed = session.model.committed_frames();
+        match session.scheduler.decide(committed) {
+            Decision::Reset => {
+                self.reset("keyframe budget spent");
+                self.on_frame(frame, received_at);
+            }
+            Decision::Keyframe => self.run_call(vec![(frame, received_at)], FrameType::Keyframe),
+            Decision::NonKeyframe => {
+                self.run_call(vec![(frame, received_at)], FrameType::NonKeyframe)
+            }
+        }
+    }
+
+    fn flush_scale_buffer(&mut self) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        if session.scale_done || session.scale_buffer.is_empty() {
+            return;
+        }
+        session.scale_done = true;
+        let frames = std::mem::take(&mut session.scale_buffer);
+        self.run_call(frames, FrameType::Scale);
+    }
+
+    fn run_call(&mut self, frames: Vec<(InputFrame, Instant)>, frame_type: FrameType) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let n = frames.len();
+        let (h, w) = (session.height, session.width);
+        let mut images = Vec::with_capacity(n * 3 * h * w);
+        for (f, _) in &frames {
+            images.extend_from_slice(&f.pixels);
+        }
+        // The cache names frames by their capture index, so its events and page map speak
+        // the viewer's language. A call needs a contiguous range: the scale frames (whose
+        // indices may have gaps where a live source dropped frames) take `first..first + n`,
+        // which stays below the next frame's index, so ids keep increasing.
+        let first = frames[0].0.index;
+        let ids = first..first + n as u64;
+        let keyframe = frame_type != FrameType::NonKeyframe;
+        let step = session.model.step(&images, ids, keyframe);
+        let step = match step {
+            Ok(s) => s,
+            Err(e) => {
+                self.summary.frames_skipped += n as u64;
+                let message = format!(
+                    "frames {}..={}: {e}",
+                    frames[0].0.index,
+                    frames[n - 1].0.index
+                );
+                self.summary.errors.push(message.clone());
+                self.outputs.publish(PipelineEvent::Error {
+                    stage: "inference",
+                    message,
+                });
+                return;
+            }
+        };
+        let cache = session.model.cache_snapshot();
+        let (inputs, received): (Vec<InputFrame>, Vec<Instant>) = frames.into_iter().unzip();
+        let results = build_results(
+            CallContext {
+                step: &step,
+                frame_type,
+                cache,
+                filter: self.filter,
+            },
+            inputs,
+            &received,
+        );
+        match frame_type {
+            FrameType::Scale => self.summary.scale_frames += n as u64,
+            FrameType::Keyframe => self.summary.keyframes += n as u64,
+            FrameType::NonKeyframe => self.summary.non_keyframes += n as u64,
+        }
+        for r in results {
+            self.summary.frames_processed += 1;
+            self.stage_sums.add(&r);
+            self.outputs.publish(PipelineEvent::Frame(Arc::new(r)));
+        }
+    }
+
+    fn shut_down(mut self) {
+        self.capture_stop.store(true, Ordering::Release);
+        // Drain while the capture thread winds down, so a blocked hand-off returns at once.
+        let mut queued = 0u64;
+        while let Some(handle) = self.capture_thread.as_ref() {
+            while self.frames.try_recv().is_ok() {
+                queued += 1;
+            }
+            if handle.is_finished() {
+                if let Some(h) = self.capture_thread.take() {
+                    if h.join().is_err() {
+                        self.summary
+                            .errors
+                            .push("the capture thread panicked".into());
+                    }
+                }
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        while self.frames.try_recv().is_ok() {
+            queued += 1;
+        }
+        while let Ok(n) = self.notes.try_recv() {
+            if let CaptureNote::Warning(w) = n {
+                self.summary.warnings.push(w);
+            } else if let CaptureNote::Failed(e) = n {
+                self.summary.errors.push(e);
+            } else {
+                self.summary.input_ended = true;
+            }
+        }
+        if let Some(s) = self.session.as_ref() {
+            self.summary.frames_discarded += s.scale_buffer.len() as u64;
+            self.summary.committed_frames_at_end = s.model.committed_frames();
+        }
+        let c = &self.capture_counters;
+        self.summary.frames_discarded += queued + c.discarded.load(Ordering::Relaxed);
+        self.summary.frames_captured = c.captured.load(Ordering::Relaxed);
+        self.summary.frames_dropped = c.dropped.load(Ordering::Relaxed);
+        self.summary.frames_skipped += c.skipped.load(Ordering::Relaxed);
+        self.summary.wall_s = self.started.elapsed().as_secs_f64();
+        self.summary.fps = self.summary.frames_processed as f64 / self.summary.wall_s.max(1e-9);
+        self.summary.mean_stage_ms = self.stage_sums.means();
+        let summary = Box::new(std::mem::take(&mut self.summary));
+        self.outputs.publish(PipelineEvent::Stopped(summary));
+    }
+}
+
+impl Drop for Inference {
+    /// Also on a panic: the capture thread must not keep reading a source nobody consumes.
+    fn drop(&mut self) {
+        self.capture_stop.store(true, Ordering::Release);
+    }
+}

@@ -1,0 +1,202 @@
+//! The model as the inference thread sees it: a small trait, so the pipeline does not care
+//! which backend runs. The CPU [`GctModel`] implements it here; a GPU model implements the
+//! same two traits.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::attention::{AttentionLayout, CpuKvCache};
+use crate::model::pose::Camera;
+use crate::model::preprocess::PreprocessConfig;
+use crate::model::{GctModel, ModelError, StreamState};
+
+use super::result::{CacheSnapshot, StageTime};
+
+/// What a session is created with. Changing any of these needs a new session (a reset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionOptions {
+    pub layout: AttentionLayout,
+    /// Keyframes kept in full after the scale frames.
+    pub window: usize,
+}
+
+/// Streaming limits and input size of a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelLimits {
+    /// How frames are resized for this model.
+    pub preprocess: PreprocessConfig,
+    /// Frames of the first call (kept forever as the anchor).
+    pub scale_frames: usize,
+    /// Length of the 3D RoPE temporal table: committed frames + frames in a call must fit.
+    pub max_frame_num: usize,
+    pub default_window: usize,
+    pub default_keyframe_interval: usize,
+}
+
+/// The outputs of one call, per frame of the call.
+#[derive(Debug, Clone)]
+pub struct ModelStep {
+    pub frames: usize,
+    pub height: usize,
+    pub width: usize,
+    /// `[S][H][W]`.
+    pub depth: Vec<f32>,
+    /// `[S][H][W]`, ≥ 1.
+    pub depth_conf: Vec<f32>,
+    pub cameras: Vec<Camera>,
+    /// The call's stages as the backend measures them (for the whole call).
+    pub stages: Vec<StageTime>,
+}
+
+/// A loaded model of any backend.
+pub trait FrameModel: Send + Sync {
+    /// Backend and size, for logs and the summary.
+    fn describe(&self) -> String;
+    fn limits(&self) -> ModelLimits;
+    /// A fresh stream of `height × width` inputs.
+    fn start_session(
+        &self,
+        height: usize,
+        width: usize,
+        options: SessionOptions,
+    ) -> Result<Box<dyn ModelSession>, ModelError>;
+}
+
+/// One stream's caches on some backend.
+pub trait ModelSession: Send {
+    /// One call of the streaming schedule: `images` are `[S][3][H][W]` in [0, 1].
+    fn step(
+        &mut self,
+        images: &[f32],
+        frames: Range<u64>,
+        keyframe: bool,
+    ) -> Result<ModelStep, ModelError>;
+    /// Frames committed so far (the 3D RoPE temporal index of the next frame).
+    fn committed_frames(&self) -> u64;
+    /// The cache as the last step left it.
+    fn cache_snapshot(&self) -> CacheSnapshot;
+    /// Occupied and total pages, for progress displays.
+    fn cache_occupancy(&self) -> (usize, usize);
+}
+
+/// The CPU model behind the trait.
+pub struct CpuFrameModel {
+    model: Arc<GctModel>,
+}
+
+impl CpuFrameModel {
+    pub fn new(model: GctModel) -> Self {
+        CpuFrameModel {
+            model: Arc::new(model),
+        }
+    }
+}
+
+impl FrameModel for CpuFrameModel {
+    fn describe(&self) -> String {
+        let c = self.model.config();
+        format!(
+            "CPU f32 GCT (embed {}, depth {}, input width {})",
+            c.embed, c.depth, c.img_size
+        )
+    }
+
+    fn limits(&self) -> ModelLimits {
+        let c = self.model.config();
+        ModelLimits {
+            preprocess: PreprocessConfig {
+                width: c.img_size,
+                patch: c.patch,
+            },
+            scale_frames: c.scale_frames,
+            max_frame_num: c.max_frame_num,
+            default_window: c.window,
+            default_keyframe_interval: c.keyframe_interval,
+        }
+    }
+
+    fn start_session(
+        &self,
+        height: usize,
+        width: usize,
+        options: SessionOptions,
+    ) -> Result<Box<dyn ModelSession>, ModelError> {
+        let mut state = self.model.new_stream(height, width, options.layout)?;
+        if options.window != state.cache.config().sliding_window {
+            let mut cfg = state.cache.config().clone();
+            cfg.sliding_window = options.window;
+            state.cache = CpuKvCache::new(cfg, options.layout)?;
+        }
+        Ok(Box::new(CpuSession {
+            model: Arc::clone(&self.model),
+            state,
+        }))
+    }
+}
+
+struct CpuSession {
+    model: Arc<GctModel>,
+    state: StreamState,
+}
+
+impl ModelSession for CpuSession {
+    fn step(
+        &mut self,
+        images: &[f32],
+        frames: Range<u64>,
+        keyframe: bool,
+    ) -> Result<ModelStep, ModelError> {
+        let out = self
+            .model
+            .step(&mut self.state, images, frames, keyframe, None)?;
+        let t = out.timings;
+        let named = [
+            ("dino", t.dino_ms),
+            ("frame_blocks", t.frame_blocks_ms),
+            // Global blocks without their cache attention, so the stages add up.
+            ("global_blocks", t.global_blocks_ms - t.global_attention_ms),
+            ("global_attention", t.global_attention_ms),
+            ("camera_head", t.camera_head_ms),
+            ("depth_head", t.depth_head_ms),
+        ];
+        let accounted: f64 = named.iter().map(|(_, ms)| ms).sum();
+        let mut stages: Vec<StageTime> = named
+            .into_iter()
+            .map(|(stage, ms)| StageTime {
+                stage: stage.to_owned(),
+                ms,
+            })
+            .collect();
+        // Decoding poses and the model's own unprojection.
+        stages.push(StageTime {
+            stage: "model_other".to_owned(),
+            ms: (t.total_ms - accounted).max(0.0),
+        });
+        Ok(ModelStep {
+            frames: out.frames,
+            height: out.height,
+            width: out.width,
+            depth: out.depth,
+            depth_conf: out.depth_conf,
+            cameras: out.cameras,
+            stages,
+        })
+    }
+
+    fn committed_frames(&self) -> u64 {
+        self.state.committed_frames()
+    }
+
+    fn cache_snapshot(&self) -> CacheSnapshot {
+        CacheSnapshot {
+            stats: self.state.cache.stats(),
+            events: self.state.cache.events().to_vec(),
+            page_map: self.state.cache.table().page_map(),
+        }
+    }
+
+    fn cache_occupancy(&self) -> (usize, usize) {
+        let s = self.state.cache.stats();
+        (s.allocated_pages - s.free_pages, s.max_pages)
+    }
+}
