@@ -77,3 +77,34 @@ fn cpu_speed() {
         time_preset("full", ModelConfig::default());
     }
 }
+
+#[test]
+#[ignore = "timing only; run explicitly"]
+fn linear_throughput() {
+    use streamrecon::model::ops::linear::Linear;
+    let (rows, k, n) = (1005, 1024, 4096);
+    let lin = Linear {
+        weight: (0..n * k)
+            .map(|i| ((i % 97) as f32 - 48.0) * 1e-3)
+            .collect(),
+        bias: Some(vec![0.0; n]),
+        in_features: k,
+        out_features: n,
+    };
+    let x: Vec<f32> = (0..rows * k)
+        .map(|i| ((i % 89) as f32 - 44.0) * 1e-2)
+        .collect();
+    let _ = lin.forward(&x, rows);
+    let t = Instant::now();
+    let reps = 10;
+    for _ in 0..reps {
+        std::hint::black_box(lin.forward(&x, rows));
+    }
+    let secs = t.elapsed().as_secs_f64() / reps as f64;
+    let gflops = 2.0 * (rows * k * n) as f64 / secs / 1e9;
+    println!(
+        "linear {rows}x{k} -> {n}: {:.1} ms, {gflops:.0} GFLOP/s on {} threads",
+        secs * 1e3,
+        rayon::current_num_threads()
+    );
+}

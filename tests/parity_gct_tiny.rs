@@ -145,3 +145,51 @@ fn missing_weights_file_is_a_clear_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("/nonexistent/weights.pt"), "{stderr}");
 }
+
+#[test]
+fn weights_of_another_size_are_named_plainly() {
+    // Full-size random weights against the tiny scenario: the size mismatch is reported as
+    // such (embed 1024 vs 128), before any tensor is compared.
+    let Some(dir) = fixture_dir() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // A safetensors file with the tiny names but a wider camera token.
+    let mut tensors = Vec::new();
+    let store = streamrecon::model::weights::WeightStore::load(&dir.join("weights.safetensors"))
+        .expect("loads");
+    let mut names: Vec<String> = store.names().map(str::to_owned).collect();
+    names.sort();
+    for name in &names {
+        let t = store.get(name).expect("present");
+        let (shape, data) = if name == "aggregator.camera_token" {
+            (vec![1, 2, 1, 256], vec![0.0f32; 512])
+        } else {
+            (t.shape.clone(), t.data.clone())
+        };
+        tensors.push((name.clone(), shape, data));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, s, d)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::F32,
+                    s.clone(),
+                    bytemuck::cast_slice(d),
+                )
+                .expect("view"),
+            )
+        })
+        .collect();
+    let path = tmp.path().join("wide.safetensors");
+    safetensors::serialize_to_file(views, None, &path).expect("write");
+    let err = run_parity(
+        &dir.join("kf1"),
+        &WeightsChoice::File(path.clone()),
+        AttentionLayout::Dense,
+    )
+    .expect_err("size mismatch");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("embed 256 (config: 128)"), "{msg}");
+    assert!(msg.contains("wide.safetensors"), "{msg}");
+}

@@ -141,10 +141,7 @@ pub fn load_weights(choice: &WeightsChoice, cfg: &ModelConfig) -> anyhow::Result
             let path = crate::model::weights::hub::download_default()?;
             WeightStore::load(&path)?
         }
-        WeightsChoice::Random(preset) => {
-            let _ = preset;
-            crate::model::weights::random::random_store(cfg, 0)
-        }
+        WeightsChoice::Random(_) => crate::model::weights::random::random_store(cfg, 0),
     })
 }
 
@@ -174,6 +171,19 @@ pub fn run_parity(
         _ => cfg,
     };
     let store = load_weights(weights, &cfg)?;
+    // Sizes the tensors fix must agree with the scenario's config: say so plainly rather than
+    // failing on the first mismatching tensor.
+    let inferred = cfg
+        .infer_from_weights(&store)
+        .with_context(|| format!("weights {}", store.source().display()))?;
+    if inferred != cfg {
+        bail!(
+            "weights {} do not fit the scenario config {}: the tensors imply {}",
+            store.source().display(),
+            config_path.display(),
+            describe_size_difference(&cfg, &inferred)
+        );
+    }
     let model = GctModel::from_store(cfg.clone(), store)?;
 
     let inputs = read_named(&scenario.join("inputs.safetensors"))?;
@@ -312,6 +322,31 @@ pub fn run_parity(
         }
     }
     Ok(report)
+}
+
+fn describe_size_difference(cfg: &ModelConfig, inferred: &ModelConfig) -> String {
+    let fields = [
+        ("embed", cfg.embed, inferred.embed),
+        ("depth", cfg.depth, inferred.depth),
+        ("dino_depth", cfg.dino_depth, inferred.dino_depth),
+        ("cam_trunk", cfg.cam_trunk, inferred.cam_trunk),
+        ("dpt_features", cfg.dpt_features, inferred.dpt_features),
+        ("img_size", cfg.img_size, inferred.img_size),
+        ("patch", cfg.patch, inferred.patch),
+        ("mlp_ratio", cfg.mlp_ratio, inferred.mlp_ratio),
+    ];
+    let mut parts: Vec<String> = fields
+        .iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(n, a, b)| format!("{n} {b} (config: {a})"))
+        .collect();
+    if cfg.dpt_out != inferred.dpt_out {
+        parts.push(format!(
+            "dpt_out {:?} (config: {:?})",
+            inferred.dpt_out, cfg.dpt_out
+        ));
+    }
+    parts.join(", ")
 }
 
 fn compare(

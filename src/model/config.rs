@@ -216,7 +216,8 @@ impl ModelConfig {
     }
 
     /// Re-derive every size that tensor shapes fix (width, depths, DPT widths, patch, position
-    /// grid) from a weights store; head counts, taps and streaming settings are kept.
+    /// grid) from a weights store; head counts, taps and streaming settings are kept. The
+    /// result is not validated (see [`ModelConfig::validate`]).
     pub fn infer_from_weights(&self, store: &WeightStore) -> Result<Self> {
         let src = store.source().display().to_string();
         let need = |name: &str| -> Result<Vec<usize>> {
@@ -261,7 +262,8 @@ impl ModelConfig {
         if let Some(ratio) = fc1[0].checked_div(cfg.embed) {
             cfg.mlp_ratio = ratio;
         }
-        cfg.validate(&src)?;
+        // Not validated here: the caller compares first (a mismatch is the clearer message)
+        // and the model validates when it is built.
         Ok(cfg)
     }
 

@@ -2,10 +2,14 @@
 
 /// GELU, exact form `x/2 · (1 + erf(x/√2))` (PyTorch's default, not the tanh approximation).
 pub fn gelu_in_place(x: &mut [f32]) {
-    for v in x {
-        let t = *v as f64;
-        *v = (0.5 * t * (1.0 + erf(t * std::f64::consts::FRAC_1_SQRT_2))) as f32;
-    }
+    use rayon::prelude::*;
+    // MLP hidden layers are millions of values per block: worth splitting across threads.
+    x.par_chunks_mut(16 * 1024).for_each(|chunk| {
+        for v in chunk {
+            let t = *v as f64;
+            *v = (0.5 * t * (1.0 + erf(t * std::f64::consts::FRAC_1_SQRT_2))) as f32;
+        }
+    });
 }
 
 pub fn silu(x: f32) -> f32 {
