@@ -10,3 +10,4 @@ pub mod cli;
 pub mod kvcache;
 pub mod model;
 pub mod pipeline;
+pub mod viewer;

@@ -13,7 +13,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Open the viewer on a live input (the default when no subcommand is given).
-    View,
+    View(cli::view::ViewArgs),
     /// Run the pipeline without a window and write a session.
     Run,
     /// Time the attention kernels or the whole model.
@@ -37,8 +37,8 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Cli::parse();
-    let result = match args.command.unwrap_or(Command::View) {
-        Command::View => cli::not_yet("view", "the viewer arrives with the viewer issue"),
+    let result = match args.command.unwrap_or_else(|| Command::View(cli::view::ViewArgs::default())) {
+        Command::View(a) => cli::view::run(a),
         Command::Run => cli::not_yet("run", "the capture pipeline arrives with the pipeline issue"),
         Command::Bench(a) => cli::bench::run(a),
         Command::Parity(a) => cli::parity::run(a),

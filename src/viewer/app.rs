@@ -1,0 +1,401 @@
+//! The eframe app: drains results from the pipeline's channel, feeds the 3D view and the panel
+//! history, lays out the window, and (for headless checks) takes a screenshot and exits after a
+//! given number of processed frames.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use eframe::egui::{self, Color32, RichText};
+
+use super::cloud_view::CloudView;
+use super::control::ViewerControl;
+use super::fps::FpsMeter;
+use super::history::StreamHistory;
+use super::panels::{self, ControlState, InputThumbnails};
+use crate::kvcache::CacheEvent;
+use crate::pipeline::FrameResult;
+
+/// Results ingested per repaint at most, so a burst from a file source cannot stall the UI.
+const MAX_RESULTS_PER_REPAINT: usize = 32;
+/// Repaints between the last needed frame arriving and the screenshot, so it is on screen.
+const SETTLE_REPAINTS: u32 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ViewerError {
+    #[error("could not open the viewer window: {0}")]
+    Window(String),
+    #[error("could not save the screenshot to {path}: {reason}")]
+    Screenshot { path: PathBuf, reason: String },
+}
+
+/// When to take a screenshot and close on its own (headless checks).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExitPlan {
+    /// Close after this many processed frames (results received).
+    pub exit_after: Option<u64>,
+    /// Save the window as PNG just before closing.
+    pub screenshot: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ViewerOptions {
+    /// What the stream is, for the status bar ("synthetic scene", "camera 0", a folder).
+    pub source_label: String,
+    /// Persistent notices shown on top of the 3D view (e.g. random weights).
+    pub notices: Vec<String>,
+    pub exit: ExitPlan,
+    /// Recording is offered only when something records.
+    pub recording_available: bool,
+}
+
+/// What a run of the viewer did, for the command line to print.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ViewerReport {
+    pub frames_processed: u64,
+    pub repaints: u64,
+    pub seconds: f64,
+    pub points_on_gpu: u64,
+    pub screenshot: Option<PathBuf>,
+    pub error: Option<String>,
+}
+
+impl ViewerReport {
+    pub fn mean_fps(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.repaints as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+enum ExitState {
+    #[default]
+    Running,
+    Settling(u32),
+    WaitingForScreenshot,
+    Closing,
+}
+
+pub struct ViewerApp {
+    results: Receiver<Arc<FrameResult>>,
+    control: Option<Sender<ViewerControl>>,
+    options: ViewerOptions,
+    pub history: StreamHistory,
+    pub cloud: CloudView,
+    thumbnails: InputThumbnails,
+    pub controls: ControlState,
+    fps: FpsMeter,
+    source_ended: bool,
+    exit_state: ExitState,
+    screenshot: Arc<Mutex<Option<Arc<egui::ColorImage>>>>,
+    report: Arc<Mutex<ViewerReport>>,
+    /// The newest result not yet turned into thumbnails (only the newest is shown).
+    pending_thumbnail: Option<Arc<FrameResult>>,
+}
+
+impl ViewerApp {
+    pub fn new(
+        cc: &eframe::CreationContext<'_>,
+        results: Receiver<Arc<FrameResult>>,
+        control: Option<Sender<ViewerControl>>,
+        options: ViewerOptions,
+    ) -> Self {
+        Self::with_render_state(cc.wgpu_render_state.clone(), results, control, options)
+    }
+
+    /// For tests and embedding: `render_state` may be `None` (no 3D drawing).
+    pub fn with_render_state(
+        render_state: Option<eframe::egui_wgpu::RenderState>,
+        results: Receiver<Arc<FrameResult>>,
+        control: Option<Sender<ViewerControl>>,
+        options: ViewerOptions,
+    ) -> Self {
+        let controls = ControlState {
+            connected: control.is_some(),
+            recording_unavailable: (!options.recording_available)
+                .then(|| "recording arrives with the recorder".to_string()),
+            ..ControlState::default()
+        };
+        Self {
+            results,
+            control,
+            options,
+            history: StreamHistory::default(),
+            cloud: CloudView::new(render_state),
+            thumbnails: InputThumbnails::default(),
+            controls,
+            fps: FpsMeter::default(),
+            source_ended: false,
+            exit_state: ExitState::Running,
+            screenshot: Arc::default(),
+            report: Arc::default(),
+            pending_thumbnail: None,
+        }
+    }
+
+    /// Shared with the caller of `run_viewer`, filled in as the app runs.
+    pub fn report_handle(&self) -> Arc<Mutex<ViewerReport>> {
+        Arc::clone(&self.report)
+    }
+
+    /// Takes what arrived on the channel (bounded per repaint).
+    pub fn drain_results(&mut self) {
+        for _ in 0..MAX_RESULTS_PER_REPAINT {
+            match self.results.try_recv() {
+                Ok(result) => self.ingest(result),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.source_ended = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    pub fn ingest(&mut self, result: Arc<FrameResult>) {
+        if result
+            .cache
+            .events
+            .iter()
+            .any(|e| matches!(e, CacheEvent::Reset))
+        {
+            self.cloud.clear();
+        }
+        self.history.ingest(&result);
+        self.cloud.ingest(&result);
+        self.pending_thumbnail = Some(result);
+    }
+
+    fn send(&mut self, messages: Vec<ViewerControl>) {
+        let Some(tx) = &self.control else {
+            return;
+        };
+        for message in messages {
+            if tx.send(message).is_err() {
+                // The pipeline has gone; the controls can no longer do anything.
+                self.controls.connected = false;
+                self.control = None;
+                break;
+            }
+        }
+    }
+
+    fn status_bar_ui(&mut self, ui: &mut egui::Ui) {
+        ui.horizontal(|ui| {
+            ui.strong("streamrecon");
+            ui.separator();
+            ui.label(&self.options.source_label);
+            ui.separator();
+            ui.label(format!("{} frames", self.history.frames_received));
+            if let Some(frame) = self.history.latest_frame() {
+                ui.label(format!("(newest #{frame})"));
+            }
+            ui.separator();
+            ui.label(format!("{} points", self.cloud.book().total_points()));
+            ui.separator();
+            ui.label(format!("{:.0} FPS", self.fps.rolling()));
+            if self.source_ended {
+                ui.separator();
+                ui.colored_label(Color32::YELLOW, "input ended");
+            }
+            if self.controls.paused {
+                ui.separator();
+                ui.colored_label(Color32::YELLOW, "paused");
+            }
+        });
+    }
+
+    fn side_panel_ui(&mut self, ui: &mut egui::Ui) {
+        egui::ScrollArea::vertical().show(ui, |ui| {
+            egui::CollapsingHeader::new("KV page map")
+                .default_open(true)
+                .show(ui, |ui| {
+                    panels::page_map_ui(ui, &self.history.page_map);
+                });
+            egui::CollapsingHeader::new("Eviction timeline")
+                .default_open(true)
+                .show(ui, |ui| {
+                    panels::eviction_timeline_ui(ui, &self.history);
+                });
+            egui::CollapsingHeader::new("Latency per frame")
+                .default_open(true)
+                .show(ui, |ui| {
+                    panels::latency_ui(ui, &self.history);
+                });
+            egui::CollapsingHeader::new("Memory")
+                .default_open(true)
+                .show(ui, |ui| {
+                    panels::memory_ui(ui, &self.history.stats, &self.cloud.gpu_stats());
+                });
+            egui::CollapsingHeader::new("Input")
+                .default_open(true)
+                .show(ui, |ui| {
+                    panels::input_ui(ui, &self.thumbnails);
+                });
+        });
+    }
+
+    fn left_panel_ui(&mut self, ui: &mut egui::Ui) {
+        egui::ScrollArea::vertical().show(ui, |ui| {
+            ui.heading("Pipeline");
+            let messages = panels::controls_ui(ui, &mut self.controls);
+            self.send(messages);
+            ui.separator();
+            ui.heading("View");
+            let requests = panels::render_settings_ui(ui, &mut self.cloud.settings);
+            self.cloud.update_camera(&self.history, requests);
+        });
+    }
+
+    fn notices_ui(&self, ui: &egui::Ui, rect: egui::Rect) {
+        if self.options.notices.is_empty() {
+            return;
+        }
+        egui::Area::new(egui::Id::unique("notices"))
+            .fixed_pos(rect.left_top() + egui::vec2(8.0, 8.0))
+            .order(egui::Order::Foreground)
+            .show(ui.ctx(), |ui| {
+                egui::Frame::popup(ui.style())
+                    .fill(Color32::from_rgb(90, 20, 20))
+                    .show(ui, |ui| {
+                        ui.set_max_width(rect.width() - 32.0);
+                        for notice in &self.options.notices {
+                            ui.label(RichText::new(notice).color(Color32::WHITE).strong());
+                        }
+                    });
+            });
+    }
+
+    /// The headless plan: wait for N frames, let them reach the screen, screenshot, close.
+    fn advance_exit_plan(&mut self, ctx: &egui::Context) {
+        let Some(target) = self.options.exit.exit_after else {
+            return;
+        };
+        match self.exit_state {
+            ExitState::Running => {
+                if self.history.frames_received >= target || self.source_ended {
+                    self.exit_state = ExitState::Settling(SETTLE_REPAINTS);
+                }
+            }
+            ExitState::Settling(0) => {
+                if self.options.exit.screenshot.is_some() {
+                    let slot = Arc::clone(&self.screenshot);
+                    let repaint = ctx.clone();
+                    ctx.request_screenshot(move |image| {
+                        if let Ok(mut slot) = slot.lock() {
+                            *slot = Some(image);
+                        }
+                        repaint.request_repaint();
+                    });
+                    self.exit_state = ExitState::WaitingForScreenshot;
+                } else {
+                    self.exit_state = ExitState::Closing;
+                }
+            }
+            ExitState::Settling(n) => self.exit_state = ExitState::Settling(n - 1),
+            ExitState::WaitingForScreenshot => {
+                let image = self.screenshot.lock().ok().and_then(|mut s| s.take());
+                if let (Some(image), Some(path)) = (image, self.options.exit.screenshot.clone()) {
+                    let saved = save_png(&image, &path);
+                    if let Ok(mut report) = self.report.lock() {
+                        match saved {
+                            Ok(()) => report.screenshot = Some(path),
+                            Err(e) => report.error = Some(e.to_string()),
+                        }
+                    }
+                    self.exit_state = ExitState::Closing;
+                }
+            }
+            ExitState::Closing => {}
+        }
+        if matches!(self.exit_state, ExitState::Closing) {
+            self.update_report();
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        }
+    }
+
+    fn update_report(&self) {
+        let (repaints, seconds) = self.fps.totals(Instant::now());
+        if let Ok(mut report) = self.report.lock() {
+            report.frames_processed = self.history.frames_received;
+            report.repaints = repaints;
+            report.seconds = seconds;
+            report.points_on_gpu = self.cloud.book().total_points();
+        }
+    }
+}
+
+impl eframe::App for ViewerApp {
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        let ctx = ui.ctx().clone();
+        self.fps.tick(Instant::now());
+        self.drain_results();
+        if let Some(result) = self.pending_thumbnail.take() {
+            self.thumbnails.update(&ctx, &result);
+        }
+
+        egui::Panel::top("status").show(ui, |ui| self.status_bar_ui(ui));
+        egui::Panel::left("controls")
+            .default_size(250.0)
+            .show(ui, |ui| self.left_panel_ui(ui));
+        egui::Panel::right("cache_panels")
+            .default_size(430.0)
+            .show(ui, |ui| self.side_panel_ui(ui));
+        egui::CentralPanel::no_frame().show(ui, |ui| {
+            let rect = ui.available_rect_before_wrap();
+            self.cloud.ui(ui, &self.history);
+            self.notices_ui(ui, rect);
+        });
+
+        self.advance_exit_plan(&ctx);
+        self.update_report();
+        // A live stream: repaint continuously while frames may still come.
+        if !self.source_ended || self.options.exit.exit_after.is_some() {
+            ctx.request_repaint();
+        }
+    }
+}
+
+fn save_png(image: &egui::ColorImage, path: &std::path::Path) -> Result<(), ViewerError> {
+    let err = |reason: String| ViewerError::Screenshot {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let [w, h] = image.size;
+    let bytes: Vec<u8> = image.pixels.iter().flat_map(|c| c.to_array()).collect();
+    let buffer = image::RgbaImage::from_raw(w as u32, h as u32, bytes)
+        .ok_or_else(|| err("image size does not match its pixels".to_string()))?;
+    buffer.save(path).map_err(|e| err(e.to_string()))
+}
+
+/// Opens the window and runs until it is closed (or the exit plan closes it).
+pub fn run_viewer(
+    results: Receiver<Arc<FrameResult>>,
+    control: Option<Sender<ViewerControl>>,
+    options: ViewerOptions,
+) -> Result<ViewerReport, ViewerError> {
+    let report: Arc<Mutex<ViewerReport>> = Arc::default();
+    let report_out = Arc::clone(&report);
+    let native = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_title("streamrecon")
+            .with_inner_size([1600.0, 960.0]),
+        ..Default::default()
+    };
+    eframe::run_native(
+        "streamrecon",
+        native,
+        Box::new(move |cc| {
+            let mut app = ViewerApp::new(cc, results, control, options);
+            app.report = report;
+            Ok(Box::new(app))
+        }),
+    )
+    .map_err(|e| ViewerError::Window(e.to_string()))?;
+    let out = report_out.lock().map(|r| r.clone()).unwrap_or_default();
+    Ok(out)
+}

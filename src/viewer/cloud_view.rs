@@ -1,0 +1,299 @@
+//! The 3D view: owns the camera, the bookkeeping of the GPU point chunks and the line list,
+//! turns input into camera moves, and adds the paint callback that draws it all.
+
+use std::time::Instant;
+
+use eframe::egui::{self, Key, PointerButton, Sense};
+use eframe::egui_wgpu::{self, RenderState};
+use glam::{Vec2, Vec3};
+
+use super::camera::OrbitCamera;
+use super::chunks::{ChunkBook, DEFAULT_CHUNK_POINTS, GpuPoint};
+use super::history::StreamHistory;
+use super::lines::{LineList, frustum_colour, frustum_indices};
+use super::panels::{GpuPointStats, RenderSettings, controls::ViewRequests};
+use super::render::{SceneFrame, SceneRenderer, ViewUniforms};
+use crate::pipeline::FrameResult;
+
+/// Points kept on the GPU at most (24 bytes each: 1.5 GiB).
+pub const MAX_GPU_POINTS: u64 = 64 << 20;
+/// Frustums drawn: the newest ones, and every n-th before them.
+const RECENT_FRUSTUMS: usize = 30;
+const FRUSTUM_EVERY: usize = 10;
+
+pub struct CloudView {
+    pub camera: OrbitCamera,
+    pub settings: RenderSettings,
+    book: ChunkBook,
+    render_state: Option<RenderState>,
+    lines_dirty: bool,
+    /// The camera has not been placed on the scene yet (first frames arriving).
+    auto_framed: bool,
+    last_input: Option<Instant>,
+    staging: Vec<GpuPoint>,
+}
+
+impl CloudView {
+    /// `render_state` is the window's wgpu state; without one (tests without a GPU) the view
+    /// keeps its bookkeeping and shows a placeholder.
+    pub fn new(render_state: Option<RenderState>) -> Self {
+        Self::with_chunk_points(render_state, DEFAULT_CHUNK_POINTS)
+    }
+
+    pub fn with_chunk_points(render_state: Option<RenderState>, chunk_points: u32) -> Self {
+        if let Some(rs) = &render_state {
+            let renderer = SceneRenderer::new(&rs.device, rs.target_format, chunk_points);
+            rs.renderer.write().callback_resources.insert(renderer);
+        }
+        Self {
+            camera: OrbitCamera::default(),
+            settings: RenderSettings::default(),
+            book: ChunkBook::new(chunk_points, MAX_GPU_POINTS),
+            render_state,
+            lines_dirty: true,
+            auto_framed: false,
+            last_input: None,
+            staging: Vec::new(),
+        }
+    }
+
+    pub fn has_gpu(&self) -> bool {
+        self.render_state.is_some()
+    }
+
+    pub fn book(&self) -> &ChunkBook {
+        &self.book
+    }
+
+    pub fn gpu_stats(&self) -> GpuPointStats {
+        let points = self.book.total_points();
+        GpuPointStats {
+            points,
+            bytes: points * std::mem::size_of::<GpuPoint>() as u64,
+            chunks: self.book.chunk_count(),
+            stride: self.book.stride_for_budget(self.settings.point_budget),
+            refused: self.book.refused_points(),
+        }
+    }
+
+    /// Clears the cloud (the pipeline was reset). GPU chunks are kept and overwritten.
+    pub fn clear(&mut self) {
+        self.book.clear();
+        self.lines_dirty = true;
+        self.auto_framed = false;
+    }
+
+    /// Places the frame's points in the chunks and uploads them, once.
+    pub fn ingest(&mut self, result: &FrameResult) {
+        let points = &result.points;
+        let n = points
+            .xyz
+            .len()
+            .min(points.rgb.len())
+            .min(points.confidence.len());
+        let placements = self.book.append(n);
+        self.lines_dirty = true;
+        let Some(rs) = &self.render_state else {
+            return;
+        };
+        if placements.is_empty() {
+            return;
+        }
+        self.staging.clear();
+        self.staging.extend((0..n).map(|i| {
+            GpuPoint::new(
+                points.xyz[i],
+                points.rgb[i],
+                points.confidence[i],
+                result.frame,
+            )
+        }));
+        let mut renderer = rs.renderer.write();
+        if let Some(scene) = renderer.callback_resources.get_mut::<SceneRenderer>() {
+            scene.upload_points(&rs.device, &rs.queue, &placements, &self.staging);
+        }
+    }
+
+    fn rebuild_lines(&mut self, history: &StreamHistory) {
+        if !self.lines_dirty {
+            return;
+        }
+        self.lines_dirty = false;
+        let Some(rs) = &self.render_state else {
+            return;
+        };
+        let radius = history.bounds.map_or(1.0, |b| b.radius());
+        let mut lines = LineList::default();
+        if self.settings.show_grid {
+            let (centre, half) = match history.bounds {
+                // Under the scene: world up is -y, so the floor is at the largest y.
+                Some(b) => (Vec3::new(b.centre().x, b.max.y, b.centre().z), radius),
+                None => (Vec3::new(0.0, 1.0, 1.0), 2.0),
+            };
+            lines.grid(centre, half, 20);
+        }
+        if self.settings.show_trajectory {
+            lines.trajectory(&history.poses);
+        }
+        if self.settings.show_frustums {
+            let count = history.poses.len();
+            let depth = (radius * 0.06).clamp(0.02, 1.0);
+            for i in frustum_indices(count, RECENT_FRUSTUMS, FRUSTUM_EVERY) {
+                let pose = &history.poses[i];
+                lines.frustum(pose, depth, frustum_colour(pose.frame_type, i + 1 == count));
+            }
+        }
+        let mut renderer = rs.renderer.write();
+        if let Some(scene) = renderer.callback_resources.get_mut::<SceneRenderer>() {
+            scene.upload_lines(&rs.device, &rs.queue, &lines.vertices);
+        }
+    }
+
+    /// Frames the scene once enough of it has arrived, follows the camera if asked, and applies
+    /// the reset/top buttons.
+    pub fn update_camera(&mut self, history: &StreamHistory, requests: ViewRequests) {
+        let bounds = history.bounds;
+        let (centre, radius) = bounds.map_or((Vec3::new(0.0, 0.0, 1.0), 1.0), |b| {
+            (b.centre(), b.radius())
+        });
+        if requests.reset_view || (!self.auto_framed && history.poses.len() >= 2) {
+            self.camera = OrbitCamera::reset_view(centre, radius);
+            self.auto_framed = true;
+            if requests.reset_view {
+                self.settings.follow_camera = false;
+            }
+        }
+        if requests.top_view {
+            self.camera = OrbitCamera::top_view(centre, radius);
+            self.settings.follow_camera = false;
+        }
+        if self.settings.follow_camera
+            && let Some(pose) = history.poses.last()
+        {
+            self.camera
+                .follow(pose.world_from_camera, (radius * 0.25).max(0.2));
+        }
+    }
+
+    /// The 3D view: input, then the paint callback over `ui`'s remaining space.
+    pub fn ui(&mut self, ui: &mut egui::Ui, history: &StreamHistory) {
+        let rect = ui.available_rect_before_wrap();
+        let response = ui.allocate_rect(rect, Sense::click_and_drag());
+        self.handle_input(ui, &response, history);
+        self.rebuild_lines(history);
+
+        if self.render_state.is_none() {
+            ui.painter()
+                .rect_filled(rect, 0.0, egui::Color32::from_rgb(9, 10, 14));
+            ui.painter().text(
+                rect.center(),
+                egui::Align2::CENTER_CENTER,
+                format!(
+                    "3D view needs wgpu ({} points stored)",
+                    self.book.total_points()
+                ),
+                egui::FontId::proportional(14.0),
+                egui::Color32::GRAY,
+            );
+            return;
+        }
+        let ppp = ui.ctx().pixels_per_point();
+        let size_px = [
+            (rect.width() * ppp).round().max(1.0) as u32,
+            (rect.height() * ppp).round().max(1.0) as u32,
+        ];
+        let frame = self.scene_frame(history, size_px);
+        ui.painter()
+            .add(egui_wgpu::Callback::new_paint_callback(rect, frame));
+    }
+
+    fn scene_frame(&self, history: &StreamHistory, size_px: [u32; 2]) -> SceneFrame {
+        let aspect = size_px[0] as f32 / size_px[1] as f32;
+        let stride = self.book.stride_for_budget(self.settings.point_budget);
+        let log_conf = history.log_confidence_range.unwrap_or((0.0, 3.0));
+        let uniforms = ViewUniforms {
+            clip_from_world: self.camera.clip_from_world(aspect).to_cols_array_2d(),
+            view_from_world: self.camera.view_from_world().to_cols_array_2d(),
+            viewport_px: [size_px[0] as f32, size_px[1] as f32],
+            point_size_px: self.settings.point_size_px,
+            confidence_threshold: self.settings.confidence_threshold,
+            colour_mode: self.settings.colour_mode.shader_code(),
+            stride,
+            newest_frame: history.latest_frame().unwrap_or(0) as u32,
+            age_span_frames: (history.poses.len() as f32).max(1.0),
+            depth_range: [0.0, history.max_depth.max(0.1) + self.camera.distance],
+            log_confidence_range: [log_conf.0, log_conf.1.max(log_conf.0 + 1e-3)],
+        };
+        SceneFrame {
+            uniforms,
+            size_px,
+            draws: self.book.draw_counts(stride).collect(),
+            draw_lines: self.settings.show_grid
+                || self.settings.show_frustums
+                || self.settings.show_trajectory,
+        }
+    }
+
+    fn handle_input(&mut self, ui: &egui::Ui, response: &egui::Response, history: &StreamHistory) {
+        let now = Instant::now();
+        let dt = self
+            .last_input
+            .map_or(0.0, |t| now.duration_since(t).as_secs_f32().min(0.1));
+        self.last_input = Some(now);
+        let mut moved = false;
+        let (modifiers, drag) = ui.input(|i| (i.modifiers, i.pointer.delta()));
+        let drag = Vec2::new(drag.x, drag.y);
+        if response.dragged_by(PointerButton::Primary) {
+            if modifiers.shift {
+                self.camera.pan(drag, response.rect.height());
+            } else if modifiers.ctrl || modifiers.command {
+                self.camera.look_around(drag);
+            } else {
+                self.camera.orbit(drag);
+            }
+            moved = true;
+        } else if response.dragged_by(PointerButton::Secondary) {
+            self.camera.pan(drag, response.rect.height());
+            moved = true;
+        } else if response.dragged_by(PointerButton::Middle) {
+            self.camera.look_around(drag);
+            moved = true;
+        }
+        if response.hovered() {
+            let scroll = ui.input(|i| i.smooth_scroll_delta.y);
+            if scroll != 0.0 {
+                self.camera.zoom(scroll / 50.0);
+                moved = true;
+            }
+            let speed = history.bounds.map_or(1.0, |b| b.radius()) * 0.6 * dt;
+            let fly = ui.input(|i| {
+                let axis = |pos: Key, neg: Key| {
+                    f32::from(u8::from(i.key_down(pos))) - f32::from(u8::from(i.key_down(neg)))
+                };
+                Vec3::new(
+                    axis(Key::D, Key::A),
+                    axis(Key::E, Key::Q),
+                    axis(Key::W, Key::S),
+                )
+            });
+            if fly != Vec3::ZERO {
+                self.camera.fly(fly * speed);
+                moved = true;
+                ui.ctx().request_repaint();
+            }
+        }
+        if response.double_clicked() {
+            self.update_camera(
+                history,
+                ViewRequests {
+                    reset_view: true,
+                    top_view: false,
+                },
+            );
+        }
+        if moved {
+            // Taking the camera by hand ends following.
+            self.settings.follow_camera = false;
+        }
+    }
+}

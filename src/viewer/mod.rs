@@ -1,0 +1,23 @@
+//! The desktop viewer: the point cloud growing in real time beside live panels of the paged KV
+//! cache. It reads `FrameResult`s from a channel and never touches the model.
+//!
+//! * `app`: the eframe app (layout, draining results, exit/screenshot plan).
+//! * `cloud_view`, `camera`, `chunks`, `lines`, `render`, `shaders`: the 3D view.
+//! * `history`: what the panels show, accumulated from results; `panels`: the `_ui` functions.
+//! * `control`: messages to the pipeline; `demo`: a synthetic stream for tests and demos.
+
+pub mod app;
+pub mod camera;
+pub mod chunks;
+pub mod cloud_view;
+pub mod control;
+pub mod demo;
+pub mod fps;
+pub mod history;
+pub mod lines;
+pub mod panels;
+pub mod render;
+pub mod shaders;
+
+pub use app::{ExitPlan, ViewerApp, ViewerOptions, ViewerReport, run_viewer};
+pub use control::ViewerControl;

@@ -1,0 +1,196 @@
+//! The controls panel (pipeline: pause, reset, paged/dense, window, keyframe interval,
+//! recording) and the render settings of the 3D view.
+
+use eframe::egui;
+
+use crate::viewer::control::ViewerControl;
+
+/// What the pipeline controls show; changed by the user, echoed to the pipeline as messages.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControlState {
+    pub paused: bool,
+    /// Paged attention (true) or the dense concatenating baseline.
+    pub paged: bool,
+    pub sliding_window: usize,
+    pub keyframe_interval: u32,
+    pub recording: bool,
+    /// `None` when recording is available; otherwise why not (shown on the disabled toggle).
+    pub recording_unavailable: Option<String>,
+    /// Whether anything listens to the messages (false: controls are shown disabled).
+    pub connected: bool,
+}
+
+impl Default for ControlState {
+    fn default() -> Self {
+        Self {
+            paused: false,
+            paged: true,
+            sliding_window: 64,
+            keyframe_interval: 1,
+            recording: false,
+            recording_unavailable: Some("recording arrives with the recorder".to_string()),
+            connected: false,
+        }
+    }
+}
+
+/// Shows the controls and returns the messages the user's changes call for.
+pub fn controls_ui(ui: &mut egui::Ui, state: &mut ControlState) -> Vec<ViewerControl> {
+    let mut out = Vec::new();
+    ui.add_enabled_ui(state.connected, |ui| {
+        ui.horizontal(|ui| {
+            let pause_label = if state.paused { "Resume" } else { "Pause" };
+            if ui.button(pause_label).clicked() {
+                state.paused = !state.paused;
+                out.push(ViewerControl::Pause(state.paused));
+            }
+            if ui
+                .button("Reset")
+                .on_hover_text("Clear the cache and the cloud")
+                .clicked()
+            {
+                out.push(ViewerControl::Reset);
+            }
+        });
+        ui.horizontal(|ui| {
+            ui.label("attention");
+            let before = state.paged;
+            ui.selectable_value(&mut state.paged, true, "paged");
+            ui.selectable_value(&mut state.paged, false, "dense");
+            if state.paged != before {
+                out.push(ViewerControl::PagedAttention(state.paged));
+            }
+        });
+        let window = ui.add(egui::Slider::new(&mut state.sliding_window, 1..=256).text("window"));
+        if window.drag_stopped() || (window.changed() && !window.dragged()) {
+            out.push(ViewerControl::SlidingWindow(state.sliding_window));
+        }
+        let interval =
+            ui.add(egui::Slider::new(&mut state.keyframe_interval, 1..=16).text("keyframe every"));
+        if interval.drag_stopped() || (interval.changed() && !interval.dragged()) {
+            out.push(ViewerControl::KeyframeInterval(state.keyframe_interval));
+        }
+    });
+    let can_record = state.connected && state.recording_unavailable.is_none();
+    let record = ui.add_enabled(
+        can_record,
+        egui::Checkbox::new(&mut state.recording, "record"),
+    );
+    let record = match &state.recording_unavailable {
+        Some(why) => record.on_disabled_hover_text(why.as_str()),
+        None => record,
+    };
+    if record.changed() {
+        out.push(ViewerControl::Recording(state.recording));
+    }
+    if !state.connected {
+        ui.weak("No pipeline attached: controls are disabled.");
+    }
+    out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColourMode {
+    Rgb,
+    Confidence,
+    FrameAge,
+    Depth,
+}
+
+impl ColourMode {
+    pub const ALL: [Self; 4] = [Self::Rgb, Self::Confidence, Self::FrameAge, Self::Depth];
+
+    /// The value of `colour_mode` in `shaders/common.wgsl`.
+    pub fn shader_code(self) -> u32 {
+        match self {
+            Self::Rgb => 0,
+            Self::Confidence => 1,
+            Self::FrameAge => 2,
+            Self::Depth => 3,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Rgb => "RGB",
+            Self::Confidence => "confidence",
+            Self::FrameAge => "frame age",
+            Self::Depth => "depth",
+        }
+    }
+}
+
+/// How the 3D view draws; applied on the GPU through uniforms, so changes cost no upload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderSettings {
+    pub point_size_px: f32,
+    pub confidence_threshold: f32,
+    pub colour_mode: ColourMode,
+    /// Most sprites drawn per repaint; above it every n-th point is drawn.
+    pub point_budget: u64,
+    pub show_frustums: bool,
+    pub show_trajectory: bool,
+    pub show_grid: bool,
+    pub follow_camera: bool,
+}
+
+impl Default for RenderSettings {
+    fn default() -> Self {
+        Self {
+            point_size_px: 2.0,
+            confidence_threshold: 1.0,
+            colour_mode: ColourMode::Rgb,
+            point_budget: 4_000_000,
+            show_frustums: true,
+            show_trajectory: true,
+            show_grid: true,
+            follow_camera: false,
+        }
+    }
+}
+
+/// What the render settings ask of the camera this frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ViewRequests {
+    pub reset_view: bool,
+    pub top_view: bool,
+}
+
+pub fn render_settings_ui(ui: &mut egui::Ui, settings: &mut RenderSettings) -> ViewRequests {
+    let mut requests = ViewRequests::default();
+    ui.add(egui::Slider::new(&mut settings.point_size_px, 1.0..=12.0).text("point size (px)"));
+    ui.add(
+        egui::Slider::new(&mut settings.confidence_threshold, 0.0..=20.0)
+            .logarithmic(true)
+            .text("min confidence"),
+    );
+    ui.horizontal_wrapped(|ui| {
+        ui.label("colour");
+        for mode in ColourMode::ALL {
+            ui.selectable_value(&mut settings.colour_mode, mode, mode.label());
+        }
+    });
+    let mut millions = settings.point_budget as f64 / 1e6;
+    if ui
+        .add(
+            egui::Slider::new(&mut millions, 0.1..=50.0)
+                .logarithmic(true)
+                .text("point budget (M)"),
+        )
+        .changed()
+    {
+        settings.point_budget = (millions * 1e6) as u64;
+    }
+    ui.horizontal_wrapped(|ui| {
+        ui.checkbox(&mut settings.show_frustums, "frustums");
+        ui.checkbox(&mut settings.show_trajectory, "trajectory");
+        ui.checkbox(&mut settings.show_grid, "grid");
+    });
+    ui.horizontal_wrapped(|ui| {
+        ui.toggle_value(&mut settings.follow_camera, "follow camera");
+        requests.reset_view = ui.button("reset view").clicked();
+        requests.top_view = ui.button("top view").clicked();
+    });
+    ui.small("drag: orbit · right-drag / shift-drag: pan · scroll: zoom · ctrl-drag: look · WASD/QE: fly");
+    requests
+}

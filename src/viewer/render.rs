@@ -1,0 +1,481 @@
+//! The wgpu side of the 3D view: append-only point chunks, the line list, and an offscreen
+//! colour + depth target drawn inside an egui-wgpu paint callback, then copied into egui's pass.
+//!
+//! `SceneRenderer` lives in egui-wgpu's callback resources (one per window). The app uploads each
+//! frame's points into it once, as results arrive; every repaint only writes the small uniform
+//! block and records one draw per chunk.
+
+use std::num::NonZeroU64;
+
+use bytemuck::{Pod, Zeroable};
+use eframe::egui;
+use eframe::egui_wgpu::{self, wgpu};
+
+use super::chunks::{GpuPoint, Placement};
+use super::lines::LineVertex;
+use super::shaders;
+
+const DEPTH_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Depth32Float;
+/// Background of the 3D view (dark, a touch of blue so black points still show).
+const CLEAR: wgpu::Color = wgpu::Color {
+    r: 0.035,
+    g: 0.04,
+    b: 0.055,
+    a: 1.0,
+};
+
+/// The uniform block of `shaders/common.wgsl`, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
+pub struct ViewUniforms {
+    pub clip_from_world: [[f32; 4]; 4],
+    pub view_from_world: [[f32; 4]; 4],
+    pub viewport_px: [f32; 2],
+    pub point_size_px: f32,
+    pub confidence_threshold: f32,
+    pub colour_mode: u32,
+    pub stride: u32,
+    pub newest_frame: u32,
+    pub age_span_frames: f32,
+    pub depth_range: [f32; 2],
+    pub log_confidence_range: [f32; 2],
+}
+
+struct GpuChunk {
+    buffer: wgpu::Buffer,
+    bind_group: wgpu::BindGroup,
+}
+
+struct Offscreen {
+    size: [u32; 2],
+    colour_view: wgpu::TextureView,
+    depth_view: wgpu::TextureView,
+    blit_bind_group: wgpu::BindGroup,
+}
+
+struct LineBuffer {
+    buffer: wgpu::Buffer,
+    capacity: u64,
+    vertices: u32,
+}
+
+pub struct SceneRenderer {
+    colour_format: wgpu::TextureFormat,
+    chunk_points: u32,
+    points_pipeline: wgpu::RenderPipeline,
+    lines_pipeline: wgpu::RenderPipeline,
+    blit_pipeline: wgpu::RenderPipeline,
+    uniform_buffer: wgpu::Buffer,
+    uniform_bind_group: wgpu::BindGroup,
+    chunk_layout: wgpu::BindGroupLayout,
+    blit_layout: wgpu::BindGroupLayout,
+    chunks: Vec<GpuChunk>,
+    lines: Option<LineBuffer>,
+    offscreen: Option<Offscreen>,
+    bytes_uploaded: u64,
+}
+
+impl SceneRenderer {
+    /// `colour_format` is egui's target format: the offscreen target uses it too, so the copy
+    /// into egui's pass is a plain texel load.
+    pub fn new(
+        device: &wgpu::Device,
+        colour_format: wgpu::TextureFormat,
+        chunk_points: u32,
+    ) -> Self {
+        let uniform_buffer = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("view_uniforms"),
+            size: std::mem::size_of::<ViewUniforms>() as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let uniform_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("view_uniforms"),
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::VERTEX | wgpu::ShaderStages::FRAGMENT,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Uniform,
+                    has_dynamic_offset: false,
+                    min_binding_size: NonZeroU64::new(std::mem::size_of::<ViewUniforms>() as u64),
+                },
+                count: None,
+            }],
+        });
+        let uniform_bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("view_uniforms"),
+            layout: &uniform_layout,
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: uniform_buffer.as_entire_binding(),
+            }],
+        });
+        let chunk_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("point_chunk"),
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::VERTEX,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only: true },
+                    has_dynamic_offset: false,
+                    min_binding_size: NonZeroU64::new(std::mem::size_of::<GpuPoint>() as u64),
+                },
+                count: None,
+            }],
+        });
+        let blit_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("scene_blit"),
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::FRAGMENT,
+                ty: wgpu::BindingType::Texture {
+                    sample_type: wgpu::TextureSampleType::Float { filterable: false },
+                    view_dimension: wgpu::TextureViewDimension::D2,
+                    multisampled: false,
+                },
+                count: None,
+            }],
+        });
+
+        let depth = Some(wgpu::DepthStencilState {
+            format: DEPTH_FORMAT,
+            depth_write_enabled: Some(true),
+            depth_compare: Some(wgpu::CompareFunction::Less),
+            stencil: wgpu::StencilState::default(),
+            bias: wgpu::DepthBiasState::default(),
+        });
+        let points_pipeline = pipeline(
+            device,
+            "points",
+            shaders::POINTS,
+            &[&uniform_layout, &chunk_layout],
+            &[],
+            wgpu::PrimitiveTopology::TriangleList,
+            depth.clone(),
+            colour_format,
+        );
+        let line_attributes = wgpu::vertex_attr_array![0 => Float32x3, 1 => Unorm8x4];
+        let line_layout = wgpu::VertexBufferLayout {
+            array_stride: std::mem::size_of::<LineVertex>() as u64,
+            step_mode: wgpu::VertexStepMode::Vertex,
+            attributes: &line_attributes,
+        };
+        let lines_pipeline = pipeline(
+            device,
+            "lines",
+            shaders::LINES,
+            &[&uniform_layout],
+            &[line_layout],
+            wgpu::PrimitiveTopology::LineList,
+            depth,
+            colour_format,
+        );
+        let blit_pipeline = pipeline(
+            device,
+            "scene_blit",
+            shaders::BLIT,
+            &[&blit_layout],
+            &[],
+            wgpu::PrimitiveTopology::TriangleList,
+            None,
+            colour_format,
+        );
+        Self {
+            colour_format,
+            chunk_points,
+            points_pipeline,
+            lines_pipeline,
+            blit_pipeline,
+            uniform_buffer,
+            uniform_bind_group,
+            chunk_layout,
+            blit_layout,
+            chunks: Vec::new(),
+            lines: None,
+            offscreen: None,
+            bytes_uploaded: 0,
+        }
+    }
+
+    /// Bytes of point data sent to the GPU so far (each point once).
+    pub fn bytes_uploaded(&self) -> u64 {
+        self.bytes_uploaded
+    }
+
+    pub fn chunk_count(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Writes `points` where `placements` (from `ChunkBook::append`) put them, creating the
+    /// chunk buffers the placements open.
+    pub fn upload_points(
+        &mut self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        placements: &[Placement],
+        points: &[GpuPoint],
+    ) {
+        for placement in placements {
+            while self.chunks.len() <= placement.chunk {
+                self.chunks.push(self.new_chunk(device));
+            }
+            let Some(source) = points.get(placement.source.clone()) else {
+                continue;
+            };
+            let offset = u64::from(placement.first) * std::mem::size_of::<GpuPoint>() as u64;
+            let bytes: &[u8] = bytemuck::cast_slice(source);
+            queue.write_buffer(&self.chunks[placement.chunk].buffer, offset, bytes);
+            self.bytes_uploaded += bytes.len() as u64;
+        }
+    }
+
+    fn new_chunk(&self, device: &wgpu::Device) -> GpuChunk {
+        let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("point_chunk"),
+            size: u64::from(self.chunk_points) * std::mem::size_of::<GpuPoint>() as u64,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("point_chunk"),
+            layout: &self.chunk_layout,
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: buffer.as_entire_binding(),
+            }],
+        });
+        GpuChunk { buffer, bind_group }
+    }
+
+    /// Replaces the line list (frustums, trajectory, grid): a few vertices per frame, rewritten
+    /// when a frame arrives.
+    pub fn upload_lines(
+        &mut self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        vertices: &[LineVertex],
+    ) {
+        let bytes: &[u8] = bytemuck::cast_slice(vertices);
+        let needed = (bytes.len() as u64).max(1);
+        if self.lines.as_ref().is_none_or(|l| l.capacity < needed) {
+            // Grow geometrically so a growing trajectory reallocates rarely.
+            let capacity = needed.next_power_of_two().max(64 * 1024);
+            self.lines = Some(LineBuffer {
+                buffer: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("lines"),
+                    size: capacity,
+                    usage: wgpu::BufferUsages::VERTEX | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }),
+                capacity,
+                vertices: 0,
+            });
+        }
+        if let Some(lines) = &mut self.lines {
+            queue.write_buffer(&lines.buffer, 0, bytes);
+            lines.vertices = vertices.len() as u32;
+        }
+    }
+
+    fn ensure_offscreen(&mut self, device: &wgpu::Device, size: [u32; 2]) {
+        if self.offscreen.as_ref().is_some_and(|o| o.size == size) {
+            return;
+        }
+        let extent = wgpu::Extent3d {
+            width: size[0],
+            height: size[1],
+            depth_or_array_layers: 1,
+        };
+        let texture = |label, format, usage| {
+            device.create_texture(&wgpu::TextureDescriptor {
+                label: Some(label),
+                size: extent,
+                mip_level_count: 1,
+                sample_count: 1,
+                dimension: wgpu::TextureDimension::D2,
+                format,
+                usage,
+                view_formats: &[],
+            })
+        };
+        let colour = texture(
+            "scene_colour",
+            self.colour_format,
+            wgpu::TextureUsages::RENDER_ATTACHMENT | wgpu::TextureUsages::TEXTURE_BINDING,
+        );
+        let depth = texture(
+            "scene_depth",
+            DEPTH_FORMAT,
+            wgpu::TextureUsages::RENDER_ATTACHMENT,
+        );
+        let colour_view = colour.create_view(&wgpu::TextureViewDescriptor::default());
+        let blit_bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("scene_blit"),
+            layout: &self.blit_layout,
+            entries: &[wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::TextureView(&colour_view),
+            }],
+        });
+        self.offscreen = Some(Offscreen {
+            size,
+            colour_view,
+            depth_view: depth.create_view(&wgpu::TextureViewDescriptor::default()),
+            blit_bind_group,
+        });
+    }
+
+    fn render_offscreen(&self, encoder: &mut wgpu::CommandEncoder, frame: &SceneFrame) {
+        let Some(target) = &self.offscreen else {
+            return;
+        };
+        let mut pass = encoder.begin_render_pass(&wgpu::RenderPassDescriptor {
+            label: Some("scene"),
+            color_attachments: &[Some(wgpu::RenderPassColorAttachment {
+                view: &target.colour_view,
+                resolve_target: None,
+                ops: wgpu::Operations {
+                    load: wgpu::LoadOp::Clear(CLEAR),
+                    store: wgpu::StoreOp::Store,
+                },
+                depth_slice: None,
+            })],
+            depth_stencil_attachment: Some(wgpu::RenderPassDepthStencilAttachment {
+                view: &target.depth_view,
+                depth_ops: Some(wgpu::Operations {
+                    load: wgpu::LoadOp::Clear(1.0),
+                    store: wgpu::StoreOp::Discard,
+                }),
+                stencil_ops: None,
+            }),
+            occlusion_query_set: None,
+            timestamp_writes: None,
+            multiview_mask: None,
+        });
+        pass.set_bind_group(0, &self.uniform_bind_group, &[]);
+        pass.set_pipeline(&self.points_pipeline);
+        for &(chunk, sprites) in &frame.draws {
+            let Some(gpu) = self.chunks.get(chunk) else {
+                continue;
+            };
+            pass.set_bind_group(1, &gpu.bind_group, &[]);
+            pass.draw(0..sprites.saturating_mul(6), 0..1);
+        }
+        if let Some(lines) = self
+            .lines
+            .as_ref()
+            .filter(|l| frame.draw_lines && l.vertices > 0)
+        {
+            pass.set_pipeline(&self.lines_pipeline);
+            pass.set_vertex_buffer(0, lines.buffer.slice(..));
+            pass.draw(0..lines.vertices, 0..1);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // one call site per pipeline; a builder would be noise
+fn pipeline(
+    device: &wgpu::Device,
+    label: &str,
+    source: &str,
+    layouts: &[&wgpu::BindGroupLayout],
+    vertex_buffers: &[wgpu::VertexBufferLayout<'_>],
+    topology: wgpu::PrimitiveTopology,
+    depth_stencil: Option<wgpu::DepthStencilState>,
+    colour_format: wgpu::TextureFormat,
+) -> wgpu::RenderPipeline {
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(label),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    let layouts: Vec<Option<&wgpu::BindGroupLayout>> = layouts.iter().map(|l| Some(*l)).collect();
+    let layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(label),
+        bind_group_layouts: &layouts,
+        immediate_size: 0,
+    });
+    let buffers: Vec<Option<wgpu::VertexBufferLayout<'_>>> =
+        vertex_buffers.iter().cloned().map(Some).collect();
+    device.create_render_pipeline(&wgpu::RenderPipelineDescriptor {
+        label: Some(label),
+        layout: Some(&layout),
+        vertex: wgpu::VertexState {
+            module: &module,
+            entry_point: Some("vs_main"),
+            buffers: &buffers,
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+        },
+        primitive: wgpu::PrimitiveState {
+            topology,
+            ..Default::default()
+        },
+        depth_stencil,
+        multisample: wgpu::MultisampleState::default(),
+        fragment: Some(wgpu::FragmentState {
+            module: &module,
+            entry_point: Some("fs_main"),
+            targets: &[Some(wgpu::ColorTargetState {
+                format: colour_format,
+                blend: None,
+                write_mask: wgpu::ColorWrites::ALL,
+            })],
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+        }),
+        multiview_mask: None,
+        cache: None,
+    })
+}
+
+/// Everything one repaint of the 3D view needs; cheap to build every frame.
+#[derive(Debug, Clone)]
+pub struct SceneFrame {
+    pub uniforms: ViewUniforms,
+    /// Size of the offscreen target in physical pixels.
+    pub size_px: [u32; 2],
+    /// (chunk, sprites) for each chunk with points.
+    pub draws: Vec<(usize, u32)>,
+    pub draw_lines: bool,
+}
+
+impl egui_wgpu::CallbackTrait for SceneFrame {
+    fn prepare(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        _screen_descriptor: &egui_wgpu::ScreenDescriptor,
+        egui_encoder: &mut wgpu::CommandEncoder,
+        callback_resources: &mut egui_wgpu::CallbackResources,
+    ) -> Vec<wgpu::CommandBuffer> {
+        let Some(renderer) = callback_resources.get_mut::<SceneRenderer>() else {
+            return Vec::new();
+        };
+        if self.size_px[0] == 0 || self.size_px[1] == 0 {
+            return Vec::new();
+        }
+        renderer.ensure_offscreen(device, self.size_px);
+        queue.write_buffer(
+            &renderer.uniform_buffer,
+            0,
+            bytemuck::bytes_of(&self.uniforms),
+        );
+        renderer.render_offscreen(egui_encoder, self);
+        Vec::new()
+    }
+
+    fn paint(
+        &self,
+        _info: egui::PaintCallbackInfo,
+        render_pass: &mut wgpu::RenderPass<'static>,
+        callback_resources: &egui_wgpu::CallbackResources,
+    ) {
+        let Some(renderer) = callback_resources.get::<SceneRenderer>() else {
+            return;
+        };
+        let Some(target) = &renderer.offscreen else {
+            return;
+        };
+        render_pass.set_pipeline(&renderer.blit_pipeline);
+        render_pass.set_bind_group(0, &target.blit_bind_group, &[]);
+        render_pass.draw(0..3, 0..1);
+    }
+}
