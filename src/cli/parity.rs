@@ -30,6 +30,9 @@ pub struct ParityArgs {
     /// Parity then fails by design; this is a smoke run of the whole schedule.
     #[arg(long, value_name = "PRESET")]
     pub random_weights: Option<String>,
+    /// Seed of `--random-weights`.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// Print only failing rows of the table.
     #[arg(long)]
     pub failures_only: bool,
@@ -106,7 +109,7 @@ impl ParityReport {
 pub enum WeightsChoice {
     File(PathBuf),
     Hub,
-    Random(String),
+    Random { preset: String, seed: u64 },
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -141,7 +144,9 @@ pub fn load_weights(choice: &WeightsChoice, cfg: &ModelConfig) -> anyhow::Result
             let path = crate::model::weights::hub::download_default()?;
             WeightStore::load(&path)?
         }
-        WeightsChoice::Random(_) => crate::model::weights::random::random_store(cfg, 0),
+        WeightsChoice::Random { seed, .. } => {
+            crate::model::weights::random::random_store(cfg, *seed)
+        }
     })
 }
 
@@ -159,7 +164,7 @@ pub fn run_parity(
         .with_context(|| format!("{}: call schedule (H, W, calls)", config_path.display()))?;
 
     let cfg = match weights {
-        WeightsChoice::Random(preset) => match preset.as_str() {
+        WeightsChoice::Random { preset, .. } => match preset.as_str() {
             "tiny" => cfg,
             "full" => ModelConfig {
                 scale_frames: cfg.scale_frames,
@@ -439,7 +444,10 @@ pub fn run(args: ParityArgs) -> anyhow::Result<()> {
     let layout: AttentionLayout = args.attention.parse()?;
     let weights = match (&args.random_weights, &args.weights) {
         (Some(_), Some(_)) => bail!("give either --weights or --random-weights, not both"),
-        (Some(preset), None) => WeightsChoice::Random(preset.clone()),
+        (Some(preset), None) => WeightsChoice::Random {
+            preset: preset.clone(),
+            seed: args.seed,
+        },
         (None, Some(p)) if p.as_os_str() == "hf" => WeightsChoice::Hub,
         (None, Some(p)) => WeightsChoice::File(p.clone()),
         (None, None) => {

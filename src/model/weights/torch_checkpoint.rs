@@ -36,7 +36,12 @@ pub fn read_torch_checkpoint(path: &Path) -> Result<Vec<RawTensor>> {
     let entries = state_dict_entries(object)
         .ok_or_else(|| ModelError::bad_file(path, "data.pkl holds no state dict"))?;
 
-    // Tensors may share a storage record; each record is read once.
+    // Tensors may share a storage record; each record is read once and dropped after its last
+    // tensor, so peak memory stays near the f32 result rather than twice the checkpoint.
+    let mut uses: HashMap<String, usize> = HashMap::new();
+    for (_, t) in &entries {
+        *uses.entry(t.storage_key.clone()).or_default() += 1;
+    }
     let mut storages: HashMap<String, Vec<u8>> = HashMap::new();
     let mut out = Vec::with_capacity(entries.len());
     for (name, tensor) in entries {
@@ -56,6 +61,12 @@ pub fn read_torch_checkpoint(path: &Path) -> Result<Vec<RawTensor>> {
             name: name.clone(),
             reason,
         })?;
+        if let Some(n) = uses.get_mut(&tensor.storage_key) {
+            *n -= 1;
+            if *n == 0 {
+                storages.remove(&tensor.storage_key);
+            }
+        }
         out.push(RawTensor {
             name,
             shape: tensor.shape,
