@@ -15,7 +15,7 @@ enum Command {
     /// Open the viewer on a live input (the default when no subcommand is given).
     View(cli::view::ViewArgs),
     /// Run the pipeline without a window and write a session.
-    Run,
+    Run(cli::run::RunArgs),
     /// Time the attention kernels or the whole model.
     Bench(cli::bench::BenchArgs),
     /// Replay a reference fixture and compare every tensor against it.
@@ -39,7 +39,7 @@ fn main() -> std::process::ExitCode {
     let args = Cli::parse();
     let result = match args.command.unwrap_or_else(|| Command::View(cli::view::ViewArgs::default())) {
         Command::View(a) => cli::view::run(a),
-        Command::Run => cli::not_yet("run", "the capture pipeline arrives with the pipeline issue"),
+        Command::Run(a) => cli::run::run(a),
         Command::Bench(a) => cli::bench::run(a),
         Command::Parity(a) => cli::parity::run(a),
         Command::CacheSim(a) => cli::cache_sim::run(a),

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cache_sim;
 pub mod parity;
+pub mod run;
 pub mod view;
 
 /// What a subcommand that a later piece of work fills in says, so it never pretends to work.

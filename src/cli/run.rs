@@ -1,0 +1,521 @@
+//! `streamrecon run --headless`: the pipeline without a window. Frames come from a webcam, a
+//! folder or the synthetic room; results go to a plain dump in the session directory (per-frame
+//! JSON, a binary PLY of all points, a TUM trajectory, summary.json) until the recorder of the
+//! record issue replaces it.
+
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::attention::AttentionLayout;
+use crate::capture::{
+    CameraRequest, CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene,
+    SyntheticSource, Webcam, list_cameras,
+};
+use crate::model::weights::WeightStore;
+use crate::model::{GctModel, ModelConfig};
+use crate::pipeline::{
+    Control, CpuFrameModel, Delivery, FrameModel, FrameResult, KeyframePolicy, KeyframeRule,
+    OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary, PointFilter,
+};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Run without a window (the only mode of `run` for now; the viewer is `streamrecon view`).
+    #[arg(long)]
+    pub headless: bool,
+    /// `webcam:N`, `webcam:NAME`, `synthetic` or an image folder. Default: webcam:0 when a
+    /// camera exists, else the synthetic room.
+    #[arg(long)]
+    pub input: Option<String>,
+    /// Session directory to write (must not exist or be empty).
+    #[arg(long, value_name = "SESSION")]
+    pub out: Option<PathBuf>,
+    /// List the cameras the platform reports and exit.
+    #[arg(long)]
+    pub list_cameras: bool,
+    /// Weights file (safetensors or PyTorch .pt), or `hf` for the released checkpoint.
+    #[arg(long)]
+    pub weights: Option<PathBuf>,
+    /// Model config JSON (the parity fixtures' format); default: the released model's sizes,
+    /// re-derived from the weights.
+    #[arg(long)]
+    pub model_config: Option<PathBuf>,
+    /// Seeded random weights of a preset (`full` or `tiny`) instead of a file.
+    #[arg(long, value_name = "PRESET")]
+    pub random_weights: Option<String>,
+    /// KV layout of the global attention: paged or dense.
+    #[arg(long, default_value = "paged")]
+    pub attention: String,
+    /// Keyframe rule: `fixed:N`, `adaptive` or `adaptive:BASE`. Default: for a folder the
+    /// reference's ceil(N / budget), for a live input `adaptive`.
+    #[arg(long)]
+    pub keyframes: Option<String>,
+    /// Committed frames per session (capped by the model's RoPE table).
+    #[arg(long, default_value_t = crate::pipeline::keyframe::TRAINED_VIEWS)]
+    pub view_budget: u64,
+    /// When the budget is spent: `freeze` (track against the map) or `reset` (new session).
+    #[arg(long, default_value = "freeze")]
+    pub on_budget: String,
+    /// Sliding window of keyframes (default: the model config's).
+    #[arg(long)]
+    pub window: Option<usize>,
+    /// Stop after this many captured frames.
+    #[arg(long)]
+    pub max_frames: Option<u64>,
+    /// Camera resolution request, `WIDTHxHEIGHT`.
+    #[arg(long)]
+    pub resolution: Option<String>,
+    /// Camera frame-rate request.
+    #[arg(long)]
+    pub fps: Option<u32>,
+    /// A folder image that does not decode stops the run (default: skipped with a warning).
+    #[arg(long)]
+    pub strict: bool,
+    /// Frames of the synthetic input.
+    #[arg(long, default_value_t = 60)]
+    pub synthetic_frames: u64,
+    /// Points with confidence at or below this are dropped.
+    #[arg(long, default_value_t = 1.5)]
+    pub conf_threshold: f32,
+    /// Keep every n-th point that passes the confidence filter.
+    #[arg(long, default_value_t = 10)]
+    pub point_stride: usize,
+    /// Write the bundled synthetic sample (PNGs, depth, ground truth) to this folder and exit.
+    #[arg(long, value_name = "DIR")]
+    pub write_sample: Option<PathBuf>,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.list_cameras {
+        print_cameras();
+        return Ok(());
+    }
+    if let Some(dir) = &args.write_sample {
+        write_sample(dir)?;
+        println!("wrote the synthetic sample to {}", dir.display());
+        return Ok(());
+    }
+    if !args.headless {
+        bail!("`streamrecon run` needs --headless (the windowed app is `streamrecon view`)");
+    }
+    let out = args
+        .out
+        .clone()
+        .context("--out SESSION is required: the directory the run writes")?;
+    let input = match &args.input {
+        Some(s) => s.parse::<InputSpec>()?,
+        None => default_input(),
+    };
+    let config = pipeline_config(&args)?;
+    let source = open_source(&input, &args)?;
+    let model = load_model(&args)?;
+    prepare_session_dir(&out)?;
+
+    let mut outputs = Outputs::default();
+    let events = outputs.subscribe(Delivery::Lossless, 8);
+    let total = source.remaining_hint().map(|n| match args.max_frames {
+        Some(m) => n.min(m),
+        None => n,
+    });
+    eprintln!("input: {}", source.describe());
+    eprintln!("model: {}", model.describe());
+    let pipeline = Pipeline::start(source, model, config, outputs)?;
+    eprintln!("keyframes: {:?}", pipeline.keyframe_policy());
+
+    let progress = progress_bar(total);
+    let started = Instant::now();
+    let mut dump = SessionDump::create(&out)?;
+    let mut write_error: Option<anyhow::Error> = None;
+    let mut summary = None;
+    for event in events.iter() {
+        match event {
+            PipelineEvent::Frame(result) => {
+                if write_error.is_none()
+                    && let Err(e) = dump.write_frame(&result)
+                {
+                    write_error = Some(e);
+                    pipeline.send(Control::Stop);
+                }
+                progress.inc(1);
+                progress.set_message(progress_message(&result, &dump, started));
+            }
+            PipelineEvent::Warning(w) => progress.println(format!("warning: {w}")),
+            PipelineEvent::Error { stage, message } => {
+                progress.println(format!("error ({stage}): {message}"));
+                // The map so far is kept: stop here and write what there is.
+                pipeline.send(Control::Stop);
+            }
+            PipelineEvent::SessionReset { reason } => {
+                progress.println(format!("new session: {reason}"))
+            }
+            PipelineEvent::InputEnded => {
+                pipeline.send(Control::Stop);
+            }
+            PipelineEvent::Paused(_) => {}
+            PipelineEvent::Stopped(s) => summary = Some(*s),
+        }
+    }
+    progress.finish_and_clear();
+    pipeline.join();
+    let summary = summary.context("the pipeline ended without a summary")?;
+    dump.finish(&summary)?;
+    print_summary(&summary, &out, &dump);
+    if let Some(e) = write_error {
+        return Err(e.context(format!("writing the session {}", out.display())));
+    }
+    if let Some(first) = summary.errors.first() {
+        bail!(
+            "{first} ({} frames processed; the session so far is in {})",
+            summary.frames_processed,
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+fn print_cameras() {
+    let cameras = list_cameras();
+    if cameras.is_empty() {
+        println!("no cameras found");
+    }
+    for c in cameras {
+        println!("webcam:{c}");
+    }
+}
+
+fn write_sample(dir: &Path) -> anyhow::Result<()> {
+    let scene = SyntheticScene {
+        width: 128,
+        height: 96,
+        frames: Some(8),
+        ..SyntheticScene::default()
+    };
+    scene.write_sample(dir, 8)?;
+    Ok(())
+}
+
+fn default_input() -> InputSpec {
+    if list_cameras().is_empty() {
+        tracing::info!("no camera found: using the synthetic room (--input synthetic)");
+        InputSpec::Synthetic
+    } else {
+        "webcam:0".parse().unwrap_or(InputSpec::Synthetic)
+    }
+}
+
+fn open_source(input: &InputSpec, args: &RunArgs) -> anyhow::Result<Box<dyn Source>> {
+    Ok(match input {
+        InputSpec::Webcam(selector) => {
+            let resolution = args
+                .resolution
+                .as_deref()
+                .map(parse_resolution)
+                .transpose()?;
+            Box::new(Webcam::open(&CameraRequest {
+                selector: selector.clone(),
+                resolution,
+                fps: args.fps,
+            })?)
+        }
+        InputSpec::Synthetic => Box::new(SyntheticSource::new(SyntheticScene {
+            frames: Some(args.synthetic_frames),
+            ..SyntheticScene::default()
+        })),
+        InputSpec::Folder(dir) => {
+            let policy = if args.strict {
+                CorruptFilePolicy::Stop
+            } else {
+                CorruptFilePolicy::Skip
+            };
+            Box::new(ImageFolder::open(dir, policy)?)
+        }
+    })
+}
+
+fn parse_resolution(s: &str) -> anyhow::Result<(u32, u32)> {
+    let (w, h) = s
+        .split_once(['x', 'X'])
+        .with_context(|| format!("--resolution `{s}`: expected WIDTHxHEIGHT"))?;
+    let w = w
+        .trim()
+        .parse()
+        .with_context(|| format!("--resolution `{s}`: width"))?;
+    let h = h
+        .trim()
+        .parse()
+        .with_context(|| format!("--resolution `{s}`: height"))?;
+    Ok((w, h))
+}
+
+fn pipeline_config(args: &RunArgs) -> anyhow::Result<PipelineConfig> {
+    let layout: AttentionLayout = args.attention.parse()?;
+    let on_budget = match args.on_budget.as_str() {
+        "freeze" => OnBudget::Freeze,
+        "reset" => OnBudget::Reset,
+        other => bail!("--on-budget `{other}`: use freeze or reset"),
+    };
+    let keyframes = match &args.keyframes {
+        Some(rule) => {
+            let rule: KeyframeRule = rule.parse().map_err(anyhow::Error::msg)?;
+            Some(KeyframePolicy {
+                rule,
+                view_budget: args.view_budget,
+                on_budget,
+            })
+        }
+        // The rule is chosen from the source; the budget and its action still apply.
+        None if args.view_budget != KeyframePolicy::default().view_budget
+            || on_budget != OnBudget::default() =>
+        {
+            Some(KeyframePolicy {
+                view_budget: args.view_budget,
+                on_budget,
+                ..KeyframePolicy::default()
+            })
+        }
+        None => None,
+    };
+    if args.point_stride == 0 {
+        bail!("--point-stride must be at least 1");
+    }
+    Ok(PipelineConfig {
+        layout,
+        window: args.window,
+        keyframes,
+        points: PointFilter {
+            min_confidence: args.conf_threshold,
+            stride: args.point_stride,
+        },
+        max_frames: args.max_frames,
+        ..PipelineConfig::default()
+    })
+}
+
+fn load_model(args: &RunArgs) -> anyhow::Result<Arc<dyn FrameModel>> {
+    let file_cfg = args
+        .model_config
+        .as_deref()
+        .map(ModelConfig::from_json_file)
+        .transpose()?;
+    let (cfg, store) = match (&args.random_weights, &args.weights) {
+        (Some(_), Some(_)) => bail!("give either --weights or --random-weights, not both"),
+        (Some(preset), None) => {
+            let cfg = match (preset.as_str(), file_cfg) {
+                (_, Some(c)) => c,
+                ("tiny", None) => ModelConfig::tiny(),
+                ("full", None) => ModelConfig::default(),
+                (other, None) => {
+                    bail!("unknown --random-weights preset `{other}` (use full or tiny)")
+                }
+            };
+            let store = crate::model::weights::random::random_store(&cfg, 0);
+            (cfg, store)
+        }
+        (None, Some(path)) => {
+            let path = if path.as_os_str() == "hf" {
+                crate::model::weights::hub::download_default()?
+            } else {
+                path.clone()
+            };
+            let store = WeightStore::load(&path)?;
+            let cfg = match file_cfg {
+                Some(c) => c,
+                // No config given: every size the tensors fix comes from the weights.
+                None => ModelConfig::default().infer_from_weights(&store)?,
+            };
+            (cfg, store)
+        }
+        (None, None) => bail!(
+            "no model: give --weights FILE (or `hf`) with --model-config, or --random-weights full|tiny"
+        ),
+    };
+    let model = GctModel::from_store(cfg, store)?;
+    Ok(Arc::new(CpuFrameModel::new(model)))
+}
+
+fn prepare_session_dir(out: &Path) -> anyhow::Result<()> {
+    if out.exists() {
+        let mut entries =
+            std::fs::read_dir(out).with_context(|| format!("--out {}", out.display()))?;
+        if entries.next().is_some() {
+            bail!(
+                "--out {} already holds files; choose a new session directory",
+                out.display()
+            );
+        }
+    }
+    std::fs::create_dir_all(out.join("frames"))
+        .with_context(|| format!("creating {}", out.display()))?;
+    Ok(())
+}
+
+fn progress_bar(total: Option<u64>) -> ProgressBar {
+    let bar = match total {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    let template = if total.is_some() {
+        "{bar:30} {pos}/{len} {msg}"
+    } else {
+        "{spinner} {pos} frames {msg}"
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn progress_message(r: &FrameResult, dump: &SessionDump, started: Instant) -> String {
+    let s = &r.cache.stats;
+    let fps = dump.frames as f64 / started.elapsed().as_secs_f64().max(1e-9);
+    format!(
+        "{fps:.2} fps | cache {}/{} pages, {} committed | {} points | {} dropped",
+        s.allocated_pages.saturating_sub(s.free_pages),
+        s.max_pages,
+        s.frames_committed,
+        dump.points,
+        dump.dropped
+    )
+}
+
+fn print_summary(s: &PipelineSummary, out: &Path, dump: &SessionDump) {
+    println!("input:      {}", s.source);
+    println!("model:      {}", s.model);
+    println!(
+        "frames:     {} processed of {} captured ({} dropped, {} skipped, {} discarded at stop)",
+        s.frames_processed,
+        s.frames_captured,
+        s.frames_dropped,
+        s.frames_skipped,
+        s.frames_discarded
+    );
+    println!(
+        "kinds:      {} scale, {} keyframes, {} non-keyframes; {} committed at the end; {} session(s)",
+        s.scale_frames, s.keyframes, s.non_keyframes, s.committed_frames_at_end, s.sessions
+    );
+    println!("speed:      {:.2} fps over {:.2} s", s.fps, s.wall_s);
+    let stages: Vec<String> = s
+        .mean_stage_ms
+        .iter()
+        .map(|(k, v)| format!("{k} {v:.2}"))
+        .collect();
+    println!("mean ms:    {}", stages.join(", "));
+    println!("points:     {}", dump.points);
+    println!("session:    {}", out.display());
+    for w in &s.warnings {
+        println!("warning:    {w}");
+    }
+}
+
+/// The plain dump: `frames/NNNNNN.json`, `points.ply`, `trajectory.tum`, `summary.json`.
+struct SessionDump {
+    dir: PathBuf,
+    ply: BufWriter<File>,
+    trajectory: BufWriter<File>,
+    points: u64,
+    frames: u64,
+    dropped: u64,
+}
+
+/// The header has a fixed length so the vertex count can be patched in when the run ends:
+/// a comment line pads it (plain decimal counts, which every PLY reader parses).
+const PLY_HEADER_PAD: usize = 24;
+
+fn ply_header(count: u64) -> String {
+    let digits = count.to_string().len();
+    format!(
+        "ply\nformat binary_little_endian 1.0\ncomment streamrecon run --headless\n\
+         element vertex {count}\ncomment {pad}\nproperty float x\nproperty float y\n\
+         property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\n\
+         property float confidence\nend_header\n",
+        pad = "-".repeat(PLY_HEADER_PAD - digits.min(PLY_HEADER_PAD - 1))
+    )
+}
+
+impl SessionDump {
+    fn create(dir: &Path) -> anyhow::Result<Self> {
+        let open = |name: &str| -> anyhow::Result<BufWriter<File>> {
+            let path = dir.join(name);
+            Ok(BufWriter::new(
+                File::create(&path).with_context(|| format!("creating {}", path.display()))?,
+            ))
+        };
+        let mut ply = open("points.ply")?;
+        ply.write_all(ply_header(0).as_bytes())?;
+        let mut trajectory = open("trajectory.tum")?;
+        writeln!(
+            trajectory,
+            "# frame tx ty tz qx qy qz qw (world_from_camera)"
+        )?;
+        Ok(SessionDump {
+            dir: dir.to_owned(),
+            ply,
+            trajectory,
+            points: 0,
+            frames: 0,
+            dropped: 0,
+        })
+    }
+
+    fn write_frame(&mut self, r: &FrameResult) -> anyhow::Result<()> {
+        let stats = &r.cache.stats;
+        let meta = serde_json::json!({
+            "frame": r.frame,
+            "frame_type": r.frame_type,
+            "world_from_camera": crate::capture::synthetic::world_from_camera_rows(&r.world_from_camera),
+            "intrinsics": r.intrinsics,
+            "points": r.points.len(),
+            "dropped_before": r.dropped_before,
+            "timings": r.timings,
+            "cache": stats,
+            "cache_events": r.cache.events,
+            "depth_min_max": min_max(&r.depth),
+        });
+        let path = self.dir.join("frames").join(format!("{:06}.json", r.frame));
+        std::fs::write(&path, serde_json::to_vec_pretty(&meta)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        for i in 0..r.points.len() {
+            for v in r.points.xyz[i] {
+                self.ply.write_all(&v.to_le_bytes())?;
+            }
+            self.ply.write_all(&r.points.rgb[i])?;
+            self.ply.write_all(&r.points.confidence[i].to_le_bytes())?;
+        }
+        let (_, rotation, t) = r.world_from_camera.to_scale_rotation_translation();
+        writeln!(
+            self.trajectory,
+            "{} {} {} {} {} {} {} {}",
+            r.frame, t.x, t.y, t.z, rotation.x, rotation.y, rotation.z, rotation.w
+        )?;
+        self.points += r.points.len() as u64;
+        self.frames += 1;
+        self.dropped += r.dropped_before;
+        Ok(())
+    }
+
+    fn finish(&mut self, summary: &PipelineSummary) -> anyhow::Result<()> {
+        self.trajectory.flush()?;
+        self.ply.flush()?;
+        let file = self.ply.get_mut();
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(ply_header(self.points).as_bytes())?;
+        file.flush()?;
+        let path = self.dir.join("summary.json");
+        std::fs::write(&path, serde_json::to_vec_pretty(summary)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(())
+    }
+}
+
+fn min_max(v: &[f32]) -> [f32; 2] {
+    v.iter()
+        .fold([f32::INFINITY, f32::NEG_INFINITY], |[lo, hi], &x| {
+            [lo.min(x), hi.max(x)]
+        })
+}
