@@ -69,7 +69,8 @@ fn schedule_matches_fixture_calls() {
 #[test]
 fn bad_inputs_are_errors_not_panics() {
     let cfg = ModelConfig::tiny();
-    let model = GctModel::from_store(cfg.clone(), random_store(&cfg, 1)).expect("model");
+    let model = GctModel::from_store(cfg.clone(), random_store(&cfg, 1).expect("random weights"))
+        .expect("model");
     assert!(model.new_stream(43, 56, AttentionLayout::Paged).is_err());
     let mut stream = model
         .new_stream(42, 56, AttentionLayout::Paged)
@@ -93,8 +94,11 @@ fn bad_inputs_are_errors_not_panics() {
     // Beyond the 3D RoPE table: a clear error, and the cache is unchanged.
     let mut cfg_short = cfg.clone();
     cfg_short.max_frame_num = 2;
-    let short =
-        GctModel::from_store(cfg_short.clone(), random_store(&cfg_short, 1)).expect("model");
+    let short = GctModel::from_store(
+        cfg_short.clone(),
+        random_store(&cfg_short, 1).expect("random weights"),
+    )
+    .expect("model");
     let mut s = short
         .new_stream(42, 56, AttentionLayout::Dense)
         .expect("stream");
@@ -122,4 +126,36 @@ fn config_json_round_trip_and_released_defaults() {
     let partial = ModelConfig::from_json_str(r#"{"window": 16}"#, "partial").expect("parses");
     assert_eq!(partial.window, 16);
     assert_eq!(partial.embed, 1024);
+}
+
+#[test]
+fn image_files_are_composited_resized_and_cropped() {
+    use streamrecon::model::preprocess::{PreprocessConfig, load_image};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cfg = PreprocessConfig {
+        width: 28,
+        patch: 14,
+    };
+    // Fully transparent: composited onto white.
+    let clear = image::RgbaImage::from_pixel(40, 30, image::Rgba([255, 0, 0, 0]));
+    let path = tmp.path().join("clear.png");
+    clear.save(&path).expect("png written");
+    let f = load_image(&path, &cfg).expect("loads");
+    assert_eq!((f.width, f.height), (28, 28));
+    assert!(f.data.iter().all(|&v| (v - 1.0).abs() < 1e-6));
+    // Opaque red, portrait 30×80: resized to 28×70 (28·80/30/14 = 5.33 → 5 patches) and
+    // centre-cropped to 28 rows.
+    let red = image::RgbaImage::from_pixel(30, 80, image::Rgba([255, 0, 0, 255]));
+    let path = tmp.path().join("red.png");
+    red.save(&path).expect("png written");
+    let f = load_image(&path, &cfg).expect("loads");
+    assert_eq!((f.width, f.height), (28, 28));
+    let plane = 28 * 28;
+    assert!(f.data[..plane].iter().all(|&v| (v - 1.0).abs() < 1e-6));
+    assert!(f.data[plane..].iter().all(|&v| v.abs() < 1e-6));
+    // Not an image: an error naming the file.
+    let path = tmp.path().join("nothing.png");
+    std::fs::write(&path, b"not a png").expect("written");
+    let err = load_image(&path, &cfg).expect_err("garbage");
+    assert!(err.to_string().contains("nothing.png"), "{err}");
 }

@@ -24,7 +24,8 @@ fn time_preset(name: &str, mut cfg: ModelConfig) {
     let frames = env_usize("SPEED_FRAMES", 2);
     cfg.scale_frames = scale;
     let t0 = Instant::now();
-    let model = GctModel::from_store(cfg.clone(), random_store(&cfg, 42)).expect("model builds");
+    let model = GctModel::from_store(cfg.clone(), random_store(&cfg, 42).expect("random weights"))
+        .expect("model builds");
     let build = t0.elapsed();
     let mut stream = model
         .new_stream(h, w, AttentionLayout::Paged)

@@ -145,9 +145,9 @@ fn offline_download_is_a_clear_message() {
 #[test]
 fn random_weights_are_seeded_and_complete() {
     let cfg = ModelConfig::tiny();
-    let a = random_store(&cfg, 7);
-    let b = random_store(&cfg, 7);
-    let c = random_store(&cfg, 8);
+    let a = random_store(&cfg, 7).expect("random weights");
+    let b = random_store(&cfg, 7).expect("random weights");
+    let c = random_store(&cfg, 8).expect("random weights");
     assert_eq!(a.len(), cfg.parameter_shapes().len());
     let name = "aggregator.frame_blocks.0.attn.qkv.weight";
     assert_eq!(a.get(name), b.get(name));

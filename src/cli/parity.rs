@@ -145,7 +145,7 @@ pub fn load_weights(choice: &WeightsChoice, cfg: &ModelConfig) -> anyhow::Result
             WeightStore::load(&path)?
         }
         WeightsChoice::Random { seed, .. } => {
-            crate::model::weights::random::random_store(cfg, *seed)
+            crate::model::weights::random::random_store(cfg, *seed)?
         }
     })
 }

@@ -9,9 +9,10 @@ use rayon::prelude::*;
 
 use super::{RawTensor, WeightStore};
 use crate::model::config::ModelConfig;
+use crate::model::error::Result;
 
 /// A store holding every parameter of `cfg`, drawn from `seed`.
-pub fn random_store(cfg: &ModelConfig, seed: u64) -> WeightStore {
+pub fn random_store(cfg: &ModelConfig, seed: u64) -> Result<WeightStore> {
     let shapes = cfg.parameter_shapes();
     let raw: Vec<RawTensor> = shapes
         .into_par_iter()
@@ -55,10 +56,5 @@ pub fn random_store(cfg: &ModelConfig, seed: u64) -> WeightStore {
         })
         .collect();
     let label = format!("random-weights(seed {seed})");
-    WeightStore::from_raw(label, raw).unwrap_or_else(|_| unreachable_store())
-}
-
-fn unreachable_store() -> WeightStore {
-    // from_raw only fails on a shape/data mismatch, which cannot happen above.
-    WeightStore::from_raw("random-weights", Vec::new()).expect("an empty store is always valid")
+    WeightStore::from_raw(label, raw)
 }
