@@ -13,9 +13,7 @@ typedef unsigned short u16;
 typedef unsigned long long u64;
 
 #define HEAD_DIM 64
-#define BLOCK_M 128
 #define BLOCK_N 64
-#define NUM_THREADS 256
 #define ROW_CHUNKS 8
 #define TILE_BYTES (BLOCK_N * HEAD_DIM * 2)  // one K or V tile, 8 KB
 #define NEG_INF __int_as_float(0xff800000u)
@@ -109,24 +107,28 @@ __device__ __forceinline__ u32 find_page(const u32* __restrict__ cum, u32 n_page
     return lo;
 }
 
-extern "C" __global__ void __launch_bounds__(NUM_THREADS, 2)
-paged_attention_fwd_sm90(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
-                         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
-                         const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages,
-                         u32 lq, u32 heads, u32 tiles_per_split, u32 n_splits, float scale_log2,
-                         u32 variant) {
+template <int WGS>
+__device__ __forceinline__ void fwd_body(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2, u32 variant) {
+    // WGS warpgroups per CTA, 64 query rows each; the K/V loader spreads 64 rows x 8 chunks.
+    constexpr u32 kBlockM = 64 * WGS;
+    constexpr u32 kThreads = 128 * WGS;
+    constexpr int kLoadRows = (BLOCK_N * ROW_CHUNKS) / kThreads;
+    constexpr u32 kRowStep = kThreads / ROW_CHUNKS;
     // variant (diagnostics): bit 0 computes S with mma.sync, bit 1 computes P V with mma.sync.
     extern __shared__ unsigned char smem_raw[];
     // wgmma's swizzle pattern is anchored at 1024-byte boundaries.
     unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
-    u16* sq = (u16*)smem;                       // [BLOCK_M][64], 16 KB
-    u16* skv = (u16*)(smem + BLOCK_M * HEAD_DIM * 2);  // [2 stages][K|V][BLOCK_N][64]
+    u16* sq = (u16*)smem;  // [kBlockM][64]
+    u16* skv = (u16*)(smem + kBlockM * HEAD_DIM * 2);  // [2 stages][K|V][BLOCK_N][64]
 
     const u32 tid = threadIdx.x;
     const u32 lane = tid & 31;
     const u32 warp = tid >> 5;         // 0..7
     const u32 wg_row0 = (warp >> 2) * 64 + (warp & 3) * 16;  // this warp's first query row
-    const u32 q0 = blockIdx.x * BLOCK_M;
+    const u32 q0 = blockIdx.x * kBlockM;
     const u32 split = blockIdx.y;
     const u32 h = blockIdx.z;
     const u32 kv_len = __ldg(cum + n_pages);
@@ -140,8 +142,8 @@ paged_attention_fwd_sm90(const u16* __restrict__ q, u16* __restrict__ out, float
     const u64 page_stride = 2 * v_offset;
 
 #pragma unroll
-    for (int i = 0; i < (BLOCK_M * ROW_CHUNKS) / NUM_THREADS; ++i) {
-        u32 c = tid + i * NUM_THREADS;
+    for (int i = 0; i < (int)((kBlockM * ROW_CHUNKS) / kThreads); ++i) {
+        u32 c = tid + i * kThreads;
         u32 r = c >> 3, ch = c & 7;
         u32 row = q0 + r;
         bool ok = row < lq;
@@ -150,11 +152,11 @@ paged_attention_fwd_sm90(const u16* __restrict__ q, u16* __restrict__ out, float
     }
 
     const u32 ld_col = tid & 7;
-    const u32 ld_row = tid >> 3;  // 0..31; rows ld_row and ld_row + 32
-    u32 cursor[2];
+    const u32 ld_row = tid >> 3;
+    u32 cursor[kLoadRows];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        u32 t = kv_begin + ld_row + 32 * i;
+    for (int i = 0; i < kLoadRows; ++i) {
+        u32 t = kv_begin + ld_row + kRowStep * i;
         cursor[i] = find_page(cum, n_pages, t < kv_len ? t : kv_len - 1);
     }
     auto load_kv = [&](u32 tile, u32 stage) {
@@ -162,8 +164,8 @@ paged_attention_fwd_sm90(const u16* __restrict__ q, u16* __restrict__ out, float
         u16* sv = sk + BLOCK_N * HEAD_DIM;
         u32 t0 = kv_begin + tile * BLOCK_N;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            u32 r = ld_row + 32 * i;
+        for (int i = 0; i < kLoadRows; ++i) {
+            u32 r = ld_row + kRowStep * i;
             u32 t = t0 + r;
             bool ok = t < kv_end;
             const u16* src = pool;
@@ -346,4 +348,515 @@ paged_attention_fwd_sm90(const u16* __restrict__ q, u16* __restrict__ out, float
                     l > 0.f ? row_max[hf] + __log2f(l) : NEG_INF;
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The overlapped variant: the same tiles, but each warpgroup issues S(j+1) = Q K(j+1)^T and
+// O += P(j) V(j) back to back and runs the softmax of tile j+1 while P(j) V(j) is still on the
+// tensor cores (FlashAttention-3's intra-warpgroup overlap). Three K/V stages, so one barrier per
+// tile suffices: the stage a load overwrites was last read two tiles ago.
+
+#define STAGES3 3
+
+// Masks keys past `kv_end`, updates the running max, and turns S into bf16 P fragments.
+// Returns the factor the previous accumulators must be scaled by, per row half.
+__device__ __forceinline__ void softmax_tile(float* s, u32 t0, u32 kv_end, u32 lane, float scale_log2,
+                                             float* row_max, float* row_sum, float* corr,
+                                             u32 (*p_frag)[4]) {
+    if (t0 + BLOCK_N > kv_end) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                u32 col = j * 8 + (lane & 3) * 2 + (c & 1);
+                if (t0 + col >= kv_end) s[j * 4 + c] = NEG_INF;
+            }
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float mx = NEG_INF;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float m_new = fmaxf(row_max[hf], mx * scale_log2);
+        corr[hf] = fast_exp2(row_max[hf] - m_new);
+        row_max[hf] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_new));
+            float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new));
+            s[j * 4 + hf * 2] = p0;
+            s[j * 4 + hf * 2 + 1] = p1;
+            sum += p0 + p1;
+        }
+        row_sum[hf] = row_sum[hf] * corr[hf] + sum;
+    }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+        p_frag[kc][0] = pack_bf16x2(s[(2 * kc) * 4 + 0], s[(2 * kc) * 4 + 1]);
+        p_frag[kc][1] = pack_bf16x2(s[(2 * kc) * 4 + 2], s[(2 * kc) * 4 + 3]);
+        p_frag[kc][2] = pack_bf16x2(s[(2 * kc + 1) * 4 + 0], s[(2 * kc + 1) * 4 + 1]);
+        p_frag[kc][3] = pack_bf16x2(s[(2 * kc + 1) * 4 + 2], s[(2 * kc + 1) * 4 + 3]);
+    }
+}
+
+__device__ __forceinline__ void issue_s(float* s, u32 (*q_frag)[4], u32 sk) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) s[i] = 0.f;
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, q_frag[kc], smem_desc(sk + kc * 32), kc);
+    wgmma_commit();
+}
+
+__device__ __forceinline__ void issue_pv(float* o_acc, u32 (*p_frag)[4], u32 sv) {
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o_acc, p_frag[kc], smem_desc(sv + kc * 2048), 1);
+    wgmma_commit();
+}
+
+template <int WGS>
+__device__ __forceinline__ void overlap_body(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2, u32 variant) {
+    // WGS warpgroups per CTA, 64 query rows each; the K/V loader spreads 64 rows x 8 chunks.
+    constexpr u32 kBlockM = 64 * WGS;
+    constexpr u32 kThreads = 128 * WGS;
+    constexpr int kLoadRows = (BLOCK_N * ROW_CHUNKS) / kThreads;
+    constexpr u32 kRowStep = kThreads / ROW_CHUNKS;
+    (void)variant;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
+    u16* sq = (u16*)smem;
+    u16* skv = (u16*)(smem + kBlockM * HEAD_DIM * 2);  // [3 stages][K|V][BLOCK_N][64]
+
+    const u32 tid = threadIdx.x;
+    const u32 lane = tid & 31;
+    const u32 warp = tid >> 5;
+    const u32 wg_row0 = (warp >> 2) * 64 + (warp & 3) * 16;
+    const u32 q0 = blockIdx.x * kBlockM;
+    const u32 split = blockIdx.y;
+    const u32 h = blockIdx.z;
+    const u32 kv_len = __ldg(cum + n_pages);
+    const u32 kv_begin = split * tiles_per_split * BLOCK_N;
+    u32 kv_end = kv_begin + tiles_per_split * BLOCK_N;
+    if (kv_end > kv_len) kv_end = kv_len;
+    const u32 n_tiles = (kv_end - kv_begin + BLOCK_N - 1) / BLOCK_N;
+
+    const u64 tok_stride = (u64)heads * HEAD_DIM;
+    const u64 v_offset = (u64)page_size * tok_stride;
+    const u64 page_stride = 2 * v_offset;
+
+#pragma unroll
+    for (int i = 0; i < (int)((kBlockM * ROW_CHUNKS) / kThreads); ++i) {
+        u32 c = tid + i * kThreads;
+        u32 r = c >> 3, ch = c & 7;
+        u32 row = q0 + r;
+        bool ok = row < lq;
+        const u16* src = q + ((u64)(ok ? row : 0) * heads + h) * HEAD_DIM + ch * 8;
+        cp_async_16(smem_addr(sq + swz(r, ch) * 8), src, ok);
+    }
+
+    const u32 ld_col = tid & 7;
+    const u32 ld_row = tid >> 3;
+    u32 cursor[kLoadRows];
+#pragma unroll
+    for (int i = 0; i < kLoadRows; ++i) {
+        u32 t = kv_begin + ld_row + kRowStep * i;
+        cursor[i] = find_page(cum, n_pages, t < kv_len ? t : kv_len - 1);
+    }
+    auto load_kv = [&](u32 tile, u32 stage) {
+        u16* sk = skv + stage * (2 * BLOCK_N * HEAD_DIM);
+        u16* sv = sk + BLOCK_N * HEAD_DIM;
+        u32 t0 = kv_begin + tile * BLOCK_N;
+#pragma unroll
+        for (int i = 0; i < kLoadRows; ++i) {
+            u32 r = ld_row + kRowStep * i;
+            u32 t = t0 + r;
+            bool ok = t < kv_end;
+            const u16* src = pool;
+            if (ok) {
+                u32 p = cursor[i];
+                while (__ldg(cum + p + 1) <= t) ++p;
+                cursor[i] = p;
+                u32 slot = t - __ldg(cum + p);
+                u64 page = __ldg(indices + p);
+                src = pool + page * page_stride + slot * tok_stride + (u64)h * HEAD_DIM + ld_col * 8;
+            }
+            u32 off = swz(r, ld_col) * 8;
+            cp_async_16(smem_addr(sk + off), src, ok);
+            cp_async_16(smem_addr(sv + off), ok ? src + v_offset : src, ok);
+        }
+    };
+    auto k_addr = [&](u32 tile) { return smem_addr(skv + (tile % STAGES3) * (2 * BLOCK_N * HEAD_DIM)); };
+
+    load_kv(0, 0);
+    cp_async_commit();
+    if (n_tiles > 1) {
+        load_kv(1, 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+
+    u32 q_frag[4][4];
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+        u32 r = wg_row0 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        u32 ch = kc * 2 + (lane >> 4);
+        ldmatrix_x4(smem_addr(sq + swz(r, ch) * 8), q_frag[kc][0], q_frag[kc][1], q_frag[kc][2], q_frag[kc][3]);
+    }
+
+    float o_acc[32];
+    float s[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o_acc[i] = 0.f;
+    float row_max[2] = {NEG_INF, NEG_INF};
+    float row_sum[2] = {0.f, 0.f};
+    float corr[2];
+    u32 p_frag[4][4];
+
+    issue_s(s, q_frag, k_addr(0));
+    wgmma_wait<0>();
+    fence_acc(s);
+    softmax_tile(s, kv_begin, kv_end, lane, scale_log2, row_max, row_sum, corr, p_frag);
+
+    for (u32 tile = 0; tile < n_tiles; ++tile) {
+        const bool next = tile + 1 < n_tiles;
+        if (next) {
+            cp_async_wait<0>();  // tile + 1 has landed (the only group in flight)
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            // Everyone has finished P(tile-1) V(tile-1): its stage may be refilled.
+            __syncthreads();
+            if (tile + 2 < n_tiles) {
+                load_kv(tile + 2, (tile + 2) % STAGES3);
+                cp_async_commit();
+            }
+            issue_s(s, q_frag, k_addr(tile + 1));
+        }
+        issue_pv(o_acc, p_frag, k_addr(tile) + TILE_BYTES);
+        u32 p_next[4][4];
+        if (next) {
+            wgmma_wait<1>();  // S(tile + 1) is done; P(tile) V(tile) may still run
+            fence_acc(s);
+            softmax_tile(s, kv_begin + (tile + 1) * BLOCK_N, kv_end, lane, scale_log2, row_max, row_sum,
+                         corr, p_next);
+        }
+        wgmma_wait<0>();
+        fence_acc(o_acc);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p_frag[kc][i])::"memory");
+        if (next) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                o_acc[j * 4 + 0] *= corr[0];
+                o_acc[j * 4 + 1] *= corr[0];
+                o_acc[j * 4 + 2] *= corr[1];
+                o_acc[j * 4 + 3] *= corr[1];
+            }
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) p_frag[kc][i] = p_next[kc][i];
+        }
+    }
+
+    const u32 g = lane >> 2;
+    const u32 tq = lane & 3;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float l = row_sum[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float inv = l > 0.f ? 1.f / l : 0.f;
+        u32 row = q0 + wg_row0 + hf * 8 + g;
+        if (row >= lq) continue;
+        u64 base = ((u64)row * heads + h) * HEAD_DIM;
+        if (n_splits == 1) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                *(u32*)(out + base + j * 8 + tq * 2) =
+                    pack_bf16x2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
+        } else {
+            u64 pbase = (u64)split * lq * heads * HEAD_DIM + base;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                *(float2*)(part_o + pbase + j * 8 + tq * 2) =
+                    make_float2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
+            if (tq == 0)
+                part_lse[((u64)split * lq + row) * heads + h] =
+                    l > 0.f ? row_max[hf] + __log2f(l) : NEG_INF;
+        }
+    }
+}
+
+// Entry points: two warpgroups per CTA (two CTAs per SM), or one (four, or three with the third
+// stage), so that the warpgroups of an SM are not held in lockstep by one CTA-wide barrier.
+extern "C" __global__ void __launch_bounds__(256, 2) paged_attention_fwd_sm90(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2, u32 variant) {
+    fwd_body<2>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads, tiles_per_split, n_splits, scale_log2, variant);
+}
+extern "C" __global__ void __launch_bounds__(128, 4) paged_attention_fwd_sm90_wg1(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2, u32 variant) {
+    fwd_body<1>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads, tiles_per_split, n_splits, scale_log2, variant);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) paged_attention_fwd_sm90_overlap(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2, u32 variant) {
+    overlap_body<2>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads, tiles_per_split, n_splits, scale_log2, variant);
+}
+extern "C" __global__ void __launch_bounds__(128, 3) paged_attention_fwd_sm90_overlap_wg1(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2, u32 variant) {
+    overlap_body<1>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads, tiles_per_split, n_splits, scale_log2, variant);
+}
+// Four warpgroups (256 query rows) per CTA, one CTA per SM: each K/V tile fetched from L2 feeds
+// twice the queries, halving the gather traffic per FLOP.
+extern "C" __global__ void __launch_bounds__(512, 1) paged_attention_fwd_sm90_wg4(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2, u32 variant) {
+    fwd_body<4>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads, tiles_per_split, n_splits, scale_log2, variant);
+}
+extern "C" __global__ void __launch_bounds__(512, 1) paged_attention_fwd_sm90_overlap_wg4(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2, u32 variant) {
+    overlap_body<4>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads, tiles_per_split, n_splits, scale_log2, variant);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wider key tiles: 128 keys per tile, S = Q K^T as m64n128k16 with Q read from shared memory
+// (SS form: no Q registers, so the 64 S accumulators fit next to O in 128 registers), P V as
+// eight m64n64k16 steps. Twice the work per barrier and per wgmma issue as the 64-key kernel.
+
+#define BN_WIDE 128
+
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+template <int WGS>
+__device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2) {
+    constexpr u32 kBlockM = 64 * WGS;
+    constexpr u32 kThreads = 128 * WGS;
+    constexpr int kLoadRows = (BN_WIDE * ROW_CHUNKS) / kThreads;
+    constexpr u32 kRowStep = kThreads / ROW_CHUNKS;
+    constexpr u32 kTileBytes = BN_WIDE * HEAD_DIM * 2;  // one K or V tile, 16 KB
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
+    u16* sq = (u16*)smem;
+    u16* skv = (u16*)(smem + kBlockM * HEAD_DIM * 2);  // [2 stages][K|V][BN_WIDE][64]
+
+    const u32 tid = threadIdx.x;
+    const u32 lane = tid & 31;
+    const u32 warp = tid >> 5;
+    const u32 wg = warp >> 2;
+    const u32 wg_row0 = wg * 64 + (warp & 3) * 16;
+    const u32 q0 = blockIdx.x * kBlockM;
+    const u32 split = blockIdx.y;
+    const u32 h = blockIdx.z;
+    const u32 kv_len = __ldg(cum + n_pages);
+    // Splits are counted in 64-key units by the host; this kernel walks them 128 at a time.
+    const u32 kv_begin = split * tiles_per_split * BLOCK_N;
+    u32 kv_end = kv_begin + tiles_per_split * BLOCK_N;
+    if (kv_end > kv_len) kv_end = kv_len;
+    const u32 n_tiles = (kv_end - kv_begin + BN_WIDE - 1) / BN_WIDE;
+
+    const u64 tok_stride = (u64)heads * HEAD_DIM;
+    const u64 v_offset = (u64)page_size * tok_stride;
+    const u64 page_stride = 2 * v_offset;
+
+#pragma unroll
+    for (int i = 0; i < (int)((kBlockM * ROW_CHUNKS) / kThreads); ++i) {
+        u32 c = tid + i * kThreads;
+        u32 r = c >> 3, ch = c & 7;
+        u32 row = q0 + r;
+        bool ok = row < lq;
+        const u16* src = q + ((u64)(ok ? row : 0) * heads + h) * HEAD_DIM + ch * 8;
+        cp_async_16(smem_addr(sq + swz(r, ch) * 8), src, ok);
+    }
+    const u32 ld_col = tid & 7;
+    const u32 ld_row = tid >> 3;
+    u32 cursor[kLoadRows];
+#pragma unroll
+    for (int i = 0; i < kLoadRows; ++i) {
+        u32 t = kv_begin + ld_row + kRowStep * i;
+        cursor[i] = find_page(cum, n_pages, t < kv_len ? t : kv_len - 1);
+    }
+    auto load_kv = [&](u32 tile, u32 stage) {
+        u16* sk = skv + stage * (2 * BN_WIDE * HEAD_DIM);
+        u16* sv = sk + BN_WIDE * HEAD_DIM;
+        u32 t0 = kv_begin + tile * BN_WIDE;
+#pragma unroll
+        for (int i = 0; i < kLoadRows; ++i) {
+            u32 r = ld_row + kRowStep * i;
+            u32 t = t0 + r;
+            bool ok = t < kv_end;
+            const u16* src = pool;
+            if (ok) {
+                u32 p = cursor[i];
+                while (__ldg(cum + p + 1) <= t) ++p;
+                cursor[i] = p;
+                u32 slot = t - __ldg(cum + p);
+                u64 page = __ldg(indices + p);
+                src = pool + page * page_stride + slot * tok_stride + (u64)h * HEAD_DIM + ld_col * 8;
+            }
+            u32 off = swz(r, ld_col) * 8;
+            cp_async_16(smem_addr(sk + off), src, ok);
+            cp_async_16(smem_addr(sv + off), ok ? src + v_offset : src, ok);
+        }
+    };
+
+    load_kv(0, 0);
+    cp_async_commit();
+
+    float o_acc[32];
+    float s[64];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o_acc[i] = 0.f;
+    float row_max[2] = {NEG_INF, NEG_INF};
+    float row_sum[2] = {0.f, 0.f};
+    const u32 sq_wg = smem_addr(sq) + wg * 64 * 128;  // this warpgroup's 64 Q rows
+
+    for (u32 tile = 0; tile < n_tiles; ++tile) {
+        const u32 stage = tile & 1;
+        if (tile + 1 < n_tiles) {
+            load_kv(tile + 1, stage ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        const u32 sk = smem_addr(skv + stage * (2 * BN_WIDE * HEAD_DIM));
+        const u32 sv = sk + kTileBytes;
+
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc)
+            wgmma_m64n128k16_ss(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(s[i])::"memory");
+
+        const u32 t0 = kv_begin + tile * BN_WIDE;
+        if (t0 + BN_WIDE > kv_end) {
+#pragma unroll
+            for (int j = 0; j < 16; ++j)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    u32 col = j * 8 + (lane & 3) * 2 + (c & 1);
+                    if (t0 + col >= kv_end) s[j * 4 + c] = NEG_INF;
+                }
+        }
+        u32 p_frag[8][4];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float mx = NEG_INF;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float m_new = fmaxf(row_max[hf], mx * scale_log2);
+            float corr = fast_exp2(row_max[hf] - m_new);
+            row_max[hf] = m_new;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_new));
+                float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new));
+                s[j * 4 + hf * 2] = p0;
+                s[j * 4 + hf * 2 + 1] = p1;
+                sum += p0 + p1;
+            }
+            row_sum[hf] = row_sum[hf] * corr + sum;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                o_acc[j * 4 + hf * 2] *= corr;
+                o_acc[j * 4 + hf * 2 + 1] *= corr;
+            }
+        }
+#pragma unroll
+        for (int kc = 0; kc < 8; ++kc) {
+            p_frag[kc][0] = pack_bf16x2(s[(2 * kc) * 4 + 0], s[(2 * kc) * 4 + 1]);
+            p_frag[kc][1] = pack_bf16x2(s[(2 * kc) * 4 + 2], s[(2 * kc) * 4 + 3]);
+            p_frag[kc][2] = pack_bf16x2(s[(2 * kc + 1) * 4 + 0], s[(2 * kc + 1) * 4 + 1]);
+            p_frag[kc][3] = pack_bf16x2(s[(2 * kc + 1) * 4 + 2], s[(2 * kc + 1) * 4 + 3]);
+        }
+        fence_acc(o_acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < 8; ++kc) wgmma_m64n64k16_rs<1>(o_acc, p_frag[kc], smem_desc(sv + kc * 2048), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(o_acc);
+#pragma unroll
+        for (int kc = 0; kc < 8; ++kc)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p_frag[kc][i])::"memory");
+        __syncthreads();
+    }
+
+    const u32 g = lane >> 2;
+    const u32 tq = lane & 3;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float l = row_sum[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float inv = l > 0.f ? 1.f / l : 0.f;
+        u32 row = q0 + wg_row0 + hf * 8 + g;
+        if (row >= lq) continue;
+        u64 base = ((u64)row * heads + h) * HEAD_DIM;
+        if (n_splits == 1) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                *(u32*)(out + base + j * 8 + tq * 2) =
+                    pack_bf16x2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
+        } else {
+            u64 pbase = (u64)split * lq * heads * HEAD_DIM + base;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                *(float2*)(part_o + pbase + j * 8 + tq * 2) =
+                    make_float2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
+            if (tq == 0)
+                part_lse[((u64)split * lq + row) * heads + h] =
+                    l > 0.f ? row_max[hf] + __log2f(l) : NEG_INF;
+        }
+    }
+}
+extern "C" __global__ void __launch_bounds__(256, 2) paged_attention_fwd_sm90_wide(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
+    u32 tiles_per_split, u32 n_splits, float scale_log2, u32 variant) {
+    (void)variant;
+    wide_body<2>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads, tiles_per_split, n_splits, scale_log2);
 }

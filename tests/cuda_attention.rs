@@ -180,12 +180,8 @@ fn paged_attention_matches_reference() {
         pages: [full(&[3, 1, 0], 999), vec![(2, 24)]].concat(),
         splits: None,
     });
-    // Both kernels where the GPU has both (wgmma is Hopper-only).
-    let mut kernels = vec![AttentionKernel::MmaSync];
-    if AttentionKernel::best_for(&dev) == AttentionKernel::Wgmma {
-        kernels.push(AttentionKernel::Wgmma);
-    }
-    for kernel in kernels {
+    // Every kernel the GPU has (the wgmma ones are Hopper-only).
+    for kernel in AttentionKernel::available(&dev) {
         for (i, case) in cases.iter().enumerate() {
             let err = check(&dev, case, kernel, 100 + i as u64);
             eprintln!(

@@ -52,13 +52,13 @@ pub struct BenchArgs {
     #[arg(long)]
     pub splits: Option<usize>,
     /// Split counts to sweep on the 72/72 case (comma separated; empty for none).
-    #[arg(long, default_value = "1,2,3,4,6,8")]
+    #[arg(long, default_value = "1,2,3,4")]
     pub sweep_splits: String,
     /// Query rows checked against the host reference per case.
     #[arg(long, default_value_t = 24)]
     pub check_rows: usize,
     /// Attention kernel for the paged and dense rows: auto (wgmma on Hopper, else mma.sync),
-    /// mma, or wgmma. The other kernel, when present, is also timed in its own column.
+    /// mma, wgmma, wgmma-wg1, overlap, overlap-wg1. The other kernel, when present, is also timed in its own column.
     #[arg(long, default_value = "auto")]
     pub kernel: String,
     /// Diagnostics: bit 0 / bit 1 make the wgmma kernel compute S / P V with mma.sync.
@@ -270,19 +270,28 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
     );
     let iters = args.iters.max(1);
     let best = AttentionKernel::best_for(&dev);
+    let kernels = AttentionKernel::available(&dev);
     let kernel = match args.kernel.as_str() {
         "auto" => best,
         "mma" => AttentionKernel::MmaSync,
-        "wgmma" if best == AttentionKernel::Wgmma => AttentionKernel::Wgmma,
-        "wgmma" => bail!(
-            "the wgmma kernel needs a Hopper GPU (sm_90); this is sm_{}",
-            dev.info.arch
-        ),
-        other => bail!("unknown --kernel `{other}` (auto, mma, wgmma)"),
+        "wgmma" => AttentionKernel::Wgmma,
+        "wgmma-wg1" => AttentionKernel::WgmmaWg1,
+        "overlap" => AttentionKernel::WgmmaOverlap,
+        "overlap-wg1" => AttentionKernel::WgmmaOverlapWg1,
+        "wgmma-wg4" => AttentionKernel::WgmmaWg4,
+        "overlap-wg4" => AttentionKernel::WgmmaOverlapWg4,
+        "wide" => AttentionKernel::WgmmaWide,
+        other => {
+            bail!(
+                "unknown --kernel `{other}` (auto, mma, wgmma, wgmma-wg1, wgmma-wg4, overlap, overlap-wg1, overlap-wg4, wide)"
+            )
+        }
     };
-    let mut kernels = vec![AttentionKernel::MmaSync];
-    if best == AttentionKernel::Wgmma {
-        kernels.push(AttentionKernel::Wgmma);
+    if !kernels.contains(&kernel) {
+        bail!(
+            "the {kernel:?} kernel needs a Hopper GPU (sm_90); this is sm_{}",
+            dev.info.arch
+        );
     }
     let mut results = Vec::new();
     let mut sweep_points = Vec::new();
@@ -541,14 +550,15 @@ fn attention_case(
 
 fn print_table(r: &Report) {
     println!(
-        "\nattention, {} (sm_{}), median of {} runs; TFLOP/s = 4*Lq*Lkv*heads*head_dim/t",
+        "\nattention, {} (sm_{}), median of {} runs; TFLOP/s = 4*Lq*Lkv*heads*head_dim/t; err = ||out-ref||/||ref||",
         r.device, r.arch, r.iters
     );
     println!(
-        "{:>10} {:>8} {:>6} {:>16} {:>20} {:>20} {:>9} {:>9}",
+        "{:>10} {:>7} {:>13} {:>3} {:>16} {:>20} {:>19} {:>8} {:>8}  other kernels (paged)",
         "live/seen",
         "Lkv",
-        "splits",
+        "kernel",
+        "spl",
         "paged ms (TF/s)",
         "dense+concat ms (TF)",
         "dense only ms (TF)",
@@ -556,10 +566,22 @@ fn print_table(r: &Report) {
         "err dn"
     );
     for c in &r.cases {
+        let others: Vec<String> = c
+            .paged_by_kernel
+            .iter()
+            .filter(|t| t.kernel != c.kernel)
+            .map(|t| {
+                format!(
+                    "{:?} {:.3} ({:.0}) err {:.1e}",
+                    t.kernel, t.ms, t.tflops, t.rel_err
+                )
+            })
+            .collect();
         println!(
-            "{:>10} {:>8} {:>6} {:>8.3} ({:>5.0}) {:>12.3} ({:>5.0}) {:>12.3} ({:>5.0}) {:>9.1e} {:>9.1e}",
+            "{:>10} {:>7} {:>13} {:>3} {:>8.3} ({:>5.0}) {:>12.3} ({:>5.0}) {:>11.3} ({:>5.0}) {:>8.1e} {:>8.1e}  {}",
             format!("{}/{}", c.live_frames, c.frames_seen),
             c.lkv,
+            format!("{:?}", c.kernel),
             c.splits,
             c.paged_ms,
             c.paged_tflops,
@@ -568,7 +590,8 @@ fn print_table(r: &Report) {
             c.dense_attention_only_ms,
             c.dense_attention_only_tflops,
             c.paged_rel_err,
-            c.dense_rel_err
+            c.dense_rel_err,
+            others.join("; ")
         );
     }
     if !r.sweep_72_72.is_empty() {
@@ -577,11 +600,14 @@ fn print_table(r: &Report) {
             .iter()
             .map(|p| {
                 format!(
-                    "{}: {:.3} ms ({:.0})",
-                    p.splits_used, p.paged_ms, p.paged_tflops
+                    "{:?}/{}: {:.3} ({:.0})",
+                    p.kernel, p.splits_used, p.paged_ms, p.paged_tflops
                 )
             })
             .collect();
-        println!("72/72 split sweep: {}", line.join(", "));
+        println!(
+            "72/72 split sweep (kernel/splits: ms (TF/s)): {}",
+            line.join(", ")
+        );
     }
 }

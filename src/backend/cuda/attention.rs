@@ -8,47 +8,112 @@ use half::bf16;
 use super::kv::{DeviceKvCache, HEAD_DIM};
 use super::{CudaDevice, CudaError};
 
-/// Query rows per CTA and keys per tile; the same in both kernels.
-pub const BLOCK_M: usize = 128;
+/// Keys per tile, in every kernel.
 pub const BLOCK_N: usize = 64;
-/// Q tile + 2 stages of K and V tiles, bf16.
-const TILE_SMEM: usize = (BLOCK_M * HEAD_DIM + 2 * 2 * BLOCK_N * HEAD_DIM) * 2;
-/// CTAs resident per SM (both kernels' __launch_bounds__ minimum).
-const CTAS_PER_SM: usize = 2;
+/// One K or V tile, bf16.
+const KV_TILE_BYTES: usize = BLOCK_N * HEAD_DIM * 2;
+/// Slack to align wgmma tiles to the 1024-byte swizzle atom.
+const ALIGN_SLACK: usize = 1024;
 
 /// Which implementation of the attention kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum AttentionKernel {
     /// FlashAttention-2 style on mma.sync (m16n8k16): any NVIDIA GPU from sm_80.
     MmaSync,
-    /// Both products on Hopper's wgmma (sm_90a only).
+    /// Both products on Hopper's wgmma (sm_90a only), two warpgroups per CTA.
     Wgmma,
+    /// The same with one warpgroup per CTA, four CTAs per SM: no barrier couples warpgroups.
+    WgmmaWg1,
+    /// wgmma with the softmax of tile j+1 overlapping P(j) V(j), three K/V stages.
+    WgmmaOverlap,
+    /// The overlapped kernel with one warpgroup per CTA, three CTAs per SM.
+    WgmmaOverlapWg1,
+    /// wgmma, four warpgroups (256 query rows) per CTA, one CTA per SM: half the K/V traffic.
+    WgmmaWg4,
+    /// The overlapped kernel with four warpgroups per CTA.
+    WgmmaOverlapWg4,
+    /// wgmma with 128-key tiles, S from shared-memory Q (m64n128k16).
+    WgmmaWide,
 }
 
 impl AttentionKernel {
+    const ALL: [Self; 8] = [
+        Self::MmaSync,
+        Self::Wgmma,
+        Self::WgmmaWg1,
+        Self::WgmmaWg4,
+        Self::WgmmaOverlap,
+        Self::WgmmaOverlapWg1,
+        Self::WgmmaOverlapWg4,
+        Self::WgmmaWide,
+    ];
+
     fn entry(self) -> &'static str {
         match self {
             Self::MmaSync => "paged_attention_fwd",
             Self::Wgmma => "paged_attention_fwd_sm90",
+            Self::WgmmaWg1 => "paged_attention_fwd_sm90_wg1",
+            Self::WgmmaOverlap => "paged_attention_fwd_sm90_overlap",
+            Self::WgmmaOverlapWg1 => "paged_attention_fwd_sm90_overlap_wg1",
+            Self::WgmmaWg4 => "paged_attention_fwd_sm90_wg4",
+            Self::WgmmaOverlapWg4 => "paged_attention_fwd_sm90_overlap_wg4",
+            Self::WgmmaWide => "paged_attention_fwd_sm90_wide",
+        }
+    }
+
+    /// Query rows per CTA.
+    pub fn block_m(self) -> usize {
+        match self {
+            Self::MmaSync | Self::Wgmma | Self::WgmmaOverlap | Self::WgmmaWide => 128,
+            Self::WgmmaWg1 | Self::WgmmaOverlapWg1 => 64,
+            Self::WgmmaWg4 | Self::WgmmaOverlapWg4 => 256,
         }
     }
 
     fn threads(self) -> u32 {
         match self {
             Self::MmaSync => 128,
-            Self::Wgmma => 256,
+            _ => 2 * self.block_m() as u32,
+        }
+    }
+
+    /// CTAs resident per SM: the kernel's __launch_bounds__ minimum, which its registers and
+    /// shared memory were sized for.
+    fn ctas_per_sm(self) -> usize {
+        match self {
+            Self::MmaSync | Self::Wgmma | Self::WgmmaOverlap | Self::WgmmaWide => 2,
+            Self::WgmmaWg1 => 4,
+            Self::WgmmaOverlapWg1 => 3,
+            Self::WgmmaWg4 | Self::WgmmaOverlapWg4 => 1,
         }
     }
 
     fn smem_bytes(self) -> u32 {
-        match self {
-            Self::MmaSync => TILE_SMEM as u32,
-            // + slack to align the tiles to wgmma's 1024-byte swizzle atoms.
-            Self::Wgmma => (TILE_SMEM + 1024) as u32,
-        }
+        let q = self.block_m() * HEAD_DIM * 2;
+        let bytes = match self {
+            Self::MmaSync => q + 2 * 2 * KV_TILE_BYTES,
+            Self::Wgmma | Self::WgmmaWg1 | Self::WgmmaWg4 => {
+                q + 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK
+            }
+            Self::WgmmaOverlap | Self::WgmmaOverlapWg1 | Self::WgmmaOverlapWg4 => {
+                q + 3 * 2 * KV_TILE_BYTES + ALIGN_SLACK
+            }
+            // Two stages of 128-key K and V tiles.
+            Self::WgmmaWide => q + 2 * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK,
+        };
+        bytes as u32
     }
 
-    /// The best kernel this device loaded: wgmma on Hopper, else mma.sync.
+    /// Every kernel this device loaded, the portable one first.
+    pub fn available(dev: &CudaDevice) -> Vec<Self> {
+        Self::ALL
+            .into_iter()
+            .filter(|k| dev.kernels.has(k.entry()))
+            .collect()
+    }
+
+    /// The kernel used by default: on Hopper the wgmma kernel (measured fastest on the H200,
+    /// docs/cuda.md), else mma.sync.
     pub fn best_for(dev: &CudaDevice) -> Self {
         if dev.kernels.has(Self::Wgmma.entry()) {
             Self::Wgmma
@@ -72,9 +137,15 @@ pub struct AttentionOptions {
 /// How many key splits to use: the largest count that still fits all CTAs in one wave, so a
 /// launch of few query tiles (1005 queries x 16 heads is 128 CTAs) fills the GPU without leaving
 /// a partial second wave. Never more splits than key tiles.
-pub fn choose_splits(q_tiles: usize, heads: usize, kv_tiles: usize, sm_count: usize) -> usize {
+pub fn choose_splits(
+    q_tiles: usize,
+    heads: usize,
+    kv_tiles: usize,
+    sm_count: usize,
+    ctas_per_sm: usize,
+) -> usize {
     let base = (q_tiles * heads).max(1);
-    let slots = sm_count * CTAS_PER_SM;
+    let slots = sm_count * ctas_per_sm;
     (slots / base).clamp(1, kv_tiles.max(1))
 }
 
@@ -153,11 +224,19 @@ pub fn paged_attention(
         dev.stream.memset_zeros(out)?;
         return Ok(0);
     }
-    let q_tiles = lq.div_ceil(BLOCK_M);
+    let q_tiles = lq.div_ceil(kernel.block_m());
     let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
     let wanted = opts
         .splits
-        .unwrap_or_else(|| choose_splits(q_tiles, heads, kv_tiles, dev.info.sm_count as usize))
+        .unwrap_or_else(|| {
+            choose_splits(
+                q_tiles,
+                heads,
+                kv_tiles,
+                dev.info.sm_count as usize,
+                kernel.ctas_per_sm(),
+            )
+        })
         .clamp(1, kv_tiles);
     // Every split gets at least one tile.
     let tiles_per_split = kv_tiles.div_ceil(wanted);
@@ -193,7 +272,7 @@ pub fn paged_attention(
         .arg(&tps32)
         .arg(&ns32)
         .arg(&scale_log2);
-    if kernel == AttentionKernel::Wgmma {
+    if kernel != AttentionKernel::MmaSync {
         b.arg(&opts.sm90_variant);
     }
     // SAFETY: arguments match both attention kernels; sizes checked above; the page table was
