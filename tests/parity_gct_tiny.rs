@@ -193,3 +193,42 @@ fn weights_of_another_size_are_named_plainly() {
     assert!(msg.contains("embed 256 (config: 128)"), "{msg}");
     assert!(msg.contains("wide.safetensors"), "{msg}");
 }
+
+#[test]
+fn frame_feeder_reproduces_the_reference_one_frame_at_a_time() {
+    // The live-source path: frames pushed singly, schedule decided by the feeder.
+    use streamrecon::model::weights::WeightStore;
+    use streamrecon::model::{FrameFeeder, GctModel, ModelConfig};
+    let Some(dir) = fixture_dir() else { return };
+    let cfg = ModelConfig::from_json_file(&dir.join("kf2/config.json")).expect("config");
+    let model = GctModel::load(cfg.clone(), &dir.join("weights.pt")).expect("model");
+    let inputs = WeightStore::load(&dir.join("kf2/inputs.safetensors")).expect("inputs");
+    let outputs = streamrecon::model::weights::safetensors_file::read_safetensors_any(
+        &dir.join("kf2/outputs.safetensors"),
+    )
+    .expect("outputs");
+    let images = inputs.get("images").expect("images");
+    let want: Vec<f32> = outputs
+        .iter()
+        .find(|(name, _, _)| name == "pose_enc")
+        .map(|(_, _, d)| d.iter().map(|&v| v as f32).collect())
+        .expect("pose_enc");
+    let (h, w) = (42, 56);
+    let mut state = model
+        .new_stream(h, w, AttentionLayout::Paged)
+        .expect("stream");
+    let mut feeder = FrameFeeder::new(cfg.scale_frames, cfg.keyframe_interval);
+    let mut poses = Vec::new();
+    for frame in images.data.chunks_exact(3 * h * w) {
+        if let Some(out) = feeder.push(&model, &mut state, frame).expect("step") {
+            poses.extend(out.pose_enc);
+        }
+    }
+    assert!(feeder.finish(&model, &mut state).expect("finish").is_none());
+    assert_eq!(poses.len(), want.len());
+    for (a, b) in poses.iter().zip(&want) {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+    }
+    // kf2: 2 scale frames + keyframes 2, 4, 6, 8 are committed.
+    assert_eq!(state.committed_frames(), 6);
+}

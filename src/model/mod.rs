@@ -29,4 +29,4 @@ pub mod record;
 pub mod stream;
 
 pub use record::Recorder;
-pub use stream::{Call, GctModel, StepOutput, StreamState, streaming_schedule};
+pub use stream::{Call, FrameFeeder, GctModel, StepOutput, StreamState, streaming_schedule};

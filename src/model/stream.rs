@@ -285,3 +285,96 @@ impl GctModel {
         })
     }
 }
+
+/// Feeds a stream one frame at a time with the reference's schedule: the first
+/// `scale_frames` frames are buffered and run together (phase 1), then each frame runs alone,
+/// every `keyframe_interval`-th one as a keyframe. For live sources, which deliver frames
+/// singly.
+pub struct FrameFeeder {
+    scale_frames: usize,
+    keyframe_interval: usize,
+    /// Images of phase 1 waiting for the last scale frame, `[n][3][H][W]`.
+    buffered: Vec<f32>,
+    buffered_frames: usize,
+    phase1_done: bool,
+    next_frame: u64,
+}
+
+impl FrameFeeder {
+    pub fn new(scale_frames: usize, keyframe_interval: usize) -> Self {
+        FrameFeeder {
+            scale_frames: scale_frames.max(1),
+            keyframe_interval: keyframe_interval.max(1),
+            buffered: Vec::new(),
+            buffered_frames: 0,
+            phase1_done: false,
+            next_frame: 0,
+        }
+    }
+
+    /// Stream index of the next frame to be pushed.
+    pub fn next_frame(&self) -> u64 {
+        self.next_frame
+    }
+
+    /// Whether the frame with stream index `i` (after phase 1) is a keyframe.
+    pub fn is_keyframe(&self, i: u64) -> bool {
+        let scale = self.scale_frames as u64;
+        i < scale || (i - scale).is_multiple_of(self.keyframe_interval as u64)
+    }
+
+    /// Push one `[3][H][W]` image. Returns the call's output when a call ran: `None` while
+    /// phase 1 is still collecting its frames, then all scale frames at once, then one frame.
+    pub fn push(
+        &mut self,
+        model: &GctModel,
+        state: &mut StreamState,
+        image: &[f32],
+    ) -> Result<Option<StepOutput>> {
+        let frame_len = 3 * state.height * state.width;
+        if image.len() != frame_len {
+            return Err(ModelError::BadInput(format!(
+                "expected one 3×{}×{} image ({frame_len} values), got {} values",
+                state.height,
+                state.width,
+                image.len()
+            )));
+        }
+        if !self.phase1_done {
+            self.buffered.extend_from_slice(image);
+            self.buffered_frames += 1;
+            self.next_frame += 1;
+            if self.buffered_frames < self.scale_frames {
+                return Ok(None);
+            }
+            return self.run_phase1(model, state).map(Some);
+        }
+        let i = self.next_frame;
+        let keyframe = self.is_keyframe(i);
+        let out = model.step(state, image, i..i + 1, keyframe, None)?;
+        self.next_frame += 1;
+        Ok(Some(out))
+    }
+
+    /// End of stream: runs phase 1 on the frames collected so far if the stream was shorter
+    /// than the scale frames.
+    pub fn finish(
+        &mut self,
+        model: &GctModel,
+        state: &mut StreamState,
+    ) -> Result<Option<StepOutput>> {
+        if self.phase1_done || self.buffered_frames == 0 {
+            return Ok(None);
+        }
+        self.run_phase1(model, state).map(Some)
+    }
+
+    fn run_phase1(&mut self, model: &GctModel, state: &mut StreamState) -> Result<StepOutput> {
+        let n = self.buffered_frames as u64;
+        let out = model.step(state, &self.buffered, 0..n, true, None)?;
+        self.buffered.clear();
+        self.buffered_frames = 0;
+        self.phase1_done = true;
+        Ok(out)
+    }
+}
