@@ -25,16 +25,22 @@ fn filled(layout: AttentionLayout, window: usize, seen: u64, kv: &[f32]) -> CpuK
     let tpf = cfg.tokens_per_frame() * HEADS * HEAD_DIM;
     let mut cache = CpuKvCache::new(cfg, layout).expect("bench config is valid");
     let phase1 = 8.min(seen);
-    cache.begin_step(0..phase1, StepKind::Keyframe).expect("phase 1");
+    cache
+        .begin_step(0..phase1, StepKind::Keyframe)
+        .expect("phase 1");
     for layer in 0..LAYERS {
         let n = phase1 as usize * tpf;
         cache.write_layer(layer, &kv[..n], &kv[..n]).expect("write");
     }
     cache.end_step().expect("end");
     for f in phase1..seen {
-        cache.begin_step(f..f + 1, StepKind::Keyframe).expect("keyframe");
+        cache
+            .begin_step(f..f + 1, StepKind::Keyframe)
+            .expect("keyframe");
         for layer in 0..LAYERS {
-            cache.write_layer(layer, &kv[..tpf], &kv[..tpf]).expect("write");
+            cache
+                .write_layer(layer, &kv[..tpf], &kv[..tpf])
+                .expect("write");
         }
         cache.end_step().expect("end");
     }
@@ -60,9 +66,13 @@ fn frame_step(c: &mut Criterion) {
                 &live,
                 |b, _| {
                     b.iter(|| {
-                        cache.begin_step(next..next + 1, StepKind::NonKeyframe).expect("step");
+                        cache
+                            .begin_step(next..next + 1, StepKind::NonKeyframe)
+                            .expect("step");
                         for layer in 0..LAYERS {
-                            cache.write_layer(layer, &kv[..tpf], &kv[..tpf]).expect("write");
+                            cache
+                                .write_layer(layer, &kv[..tpf], &kv[..tpf])
+                                .expect("write");
                             cache.attend_layer(layer, &q, &mut out).expect("attend");
                         }
                         cache.end_step().expect("end");

@@ -402,3 +402,24 @@ fn both_layouts_match_a_naive_reference() {
         );
     }
 }
+
+#[test]
+fn host_storage_holds_only_pages_in_use_at_the_peak() {
+    // The released geometry's cache rules with a tiny head size: 8 scale frames, window 64.
+    let cfg = CacheConfig::new(2, 1, 4, 999, 8, 64);
+    let mut cache = CpuKvCache::new(cfg.clone(), AttentionLayout::Paged).unwrap();
+    cache.begin_step(0..8, StepKind::Keyframe).unwrap();
+    cache.end_step().unwrap();
+    // 8 patch pages and one special page, not the 73-page patch pool.
+    assert_eq!(cache.stats().allocated_pages, 9);
+    for f in 8..200u64 {
+        cache.begin_step(f..f + 1, StepKind::Keyframe).unwrap();
+        cache.end_step().unwrap();
+    }
+    let stats = cache.stats();
+    // 72 live frames + 1 borrowed before eviction, and ceil(200·6/999) = 2 special pages.
+    assert_eq!(stats.allocated_pages, 75);
+    assert_eq!(stats.scale_pages + stats.window_pages, 72);
+    assert_eq!(stats.special_pages, 2);
+    assert!(stats.allocated_pages <= cfg.max_pages());
+}

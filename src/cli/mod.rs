@@ -9,7 +9,5 @@ pub mod view;
 
 /// What a subcommand that a later piece of work fills in says, so it never pretends to work.
 pub fn not_yet(command: &str, what: &str) -> anyhow::Result<()> {
-    anyhow::bail!(
-        "`streamrecon {command}` is not implemented yet: {what}. Nothing was done."
-    )
+    anyhow::bail!("`streamrecon {command}` is not implemented yet: {what}. Nothing was done.")
 }

@@ -54,7 +54,8 @@ pub enum SpecialPoolFull {
 pub struct SpecialPoolConfig {
     /// Committed frames whose special tokens the pool can hold before `on_full` applies.
     pub max_frames: u64,
-    /// Frames' worth of special tokens added each time the pool grows.
+    /// Host storage grows by this many frames' worth of special tokens at a time (at least one
+    /// page), so growth is rare and never over-allocates by more than a chunk.
     pub grow_frames: u64,
     pub on_full: SpecialPoolFull,
 }
@@ -211,6 +212,15 @@ impl CacheConfig {
         self.patch_pool_pages() as u64
             + self.special_cap_pages() as u64
             + self.special_reserve_pages() as u64
+    }
+
+    /// Pages host storage grows by at a time.
+    pub fn growth_pages(&self) -> usize {
+        let tokens = self
+            .special_pool
+            .grow_frames
+            .saturating_mul(self.special_tokens as u64);
+        (tokens.div_ceil(self.resolved_page_size() as u64) as usize).max(1)
     }
 
     /// Every page id is below this: the size of a pool allocated once (the GPU's static plan).

@@ -33,9 +33,10 @@ pub enum CacheEvent {
     SpecialPageOpened {
         page: u32,
     },
-    SpecialPoolGrown {
+    /// A page id was created for the first time: host storage grows to hold it.
+    PoolGrown {
         allocated_pages: usize,
-        cap_pages: usize,
+        max_pages: usize,
     },
     /// The drop-oldest policy forgot the oldest special page.
     SpecialPageDropped {

@@ -58,6 +58,20 @@ impl KvBuf {
         self.len() == 0
     }
 
+    /// Grows or shrinks to `len`, reserving exactly what growth needs.
+    pub fn resize_exact(&mut self, len: usize) {
+        match self {
+            KvBuf::F32(v) => {
+                v.reserve_exact(len.saturating_sub(v.len()));
+                v.resize(len, 0.0)
+            }
+            KvBuf::Bf16(v) => {
+                v.reserve_exact(len.saturating_sub(v.len()));
+                v.resize(len, bf16::ZERO)
+            }
+        }
+    }
+
     pub fn resize(&mut self, len: usize) {
         match self {
             KvBuf::F32(v) => v.resize(len, 0.0),
@@ -119,6 +133,8 @@ pub struct HostKvStore {
     page_elems: usize,
     token_elems: usize,
     pages: usize,
+    grow_pages: usize,
+    max_pages: usize,
 }
 
 impl HostKvStore {
@@ -130,16 +146,22 @@ impl HostKvStore {
             page_elems: cfg.page_elems(),
             token_elems: cfg.heads * cfg.head_dim,
             pages: 0,
+            grow_pages: cfg.growth_pages(),
+            max_pages: cfg.max_pages(),
         }
     }
 
-    /// Makes room for page ids below `pages`.
+    /// Makes room for page ids below `pages`, growing by whole chunks (exactly, never doubling:
+    /// at full size one page of every layer is 196 MB in f32).
     pub fn ensure_pages(&mut self, pages: usize) {
         if pages > self.pages {
+            let target = pages
+                .max(self.pages + self.grow_pages)
+                .min(self.max_pages.max(pages));
             for layer in &mut self.layers {
-                layer.resize(pages * 2 * self.page_elems);
+                layer.resize_exact(target * 2 * self.page_elems);
             }
-            self.pages = pages;
+            self.pages = target;
         }
     }
 

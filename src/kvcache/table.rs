@@ -30,15 +30,15 @@ struct ResidentFrame {
 /// The bookkeeping that a rollback restores. Small: a few hundred page ids at most.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Residency {
-    /// Free patch pages, popped from the back.
-    free_patch: Vec<u32>,
+    /// Free page ids of either stream, popped from the back. One id space keeps host storage
+    /// as small as the most pages in use at once.
+    free: Vec<u32>,
+    /// Page ids created so far (`0..allocated`); a new id is made when `free` is empty.
+    allocated: usize,
     scale: VecDeque<ResidentFrame>,
     window: VecDeque<ResidentFrame>,
     /// Special pages in write order; the front is the oldest trajectory memory.
     special_pages: VecDeque<u32>,
-    free_special: Vec<u32>,
-    /// Special page ids created so far (they follow the patch pool's ids).
-    special_allocated: usize,
     /// Special tokens ever written, including dropped ones.
     special_tokens: u64,
     /// Special tokens forgotten by the drop-oldest policy (whole pages, from the front).
@@ -66,13 +66,14 @@ pub struct PageTable {
     patch_pool: usize,
     special_cap: usize,
     special_reserve: usize,
-    special_grow: usize,
     state: Residency,
     /// Frame of each group of special tokens, in stream order (for exporting the cache).
     special_owner: Vec<u64>,
-    special_high_water: usize,
+    /// Most page ids ever created: what host storage must hold.
+    high_water: usize,
     pending: Option<PendingStep>,
     freed_in_step: Vec<u32>,
+    reused_in_step: bool,
     step: StepPlan,
     events: Vec<CacheEvent>,
 }
@@ -84,38 +85,31 @@ impl PageTable {
         let patch_pool = cfg.patch_pool_pages();
         let special_cap = cfg.special_cap_pages();
         let special_reserve = cfg.special_reserve_pages();
-        let grow_tokens = cfg
-            .special_pool
-            .grow_frames
-            .saturating_mul(cfg.special_tokens as u64);
-        let special_grow = (grow_tokens.div_ceil(page_size as u64) as usize).max(1);
-        let state = Self::empty_residency(patch_pool);
+        let state = Self::empty_residency();
         Ok(Self {
             cfg,
             page_size,
             patch_pool,
             special_cap,
             special_reserve,
-            special_grow,
             state,
             special_owner: Vec::new(),
-            special_high_water: 0,
+            high_water: 0,
             pending: None,
             freed_in_step: Vec::new(),
+            reused_in_step: false,
             step: StepPlan::default(),
             events: Vec::new(),
         })
     }
 
-    fn empty_residency(patch_pool: usize) -> Residency {
+    fn empty_residency() -> Residency {
         Residency {
-            // Reversed so that pops hand out the lowest ids first and storage grows compactly.
-            free_patch: (0..patch_pool as u32).rev().collect(),
+            free: Vec::new(),
+            allocated: 0,
             scale: VecDeque::new(),
             window: VecDeque::new(),
             special_pages: VecDeque::new(),
-            free_special: Vec::new(),
-            special_allocated: 0,
             special_tokens: 0,
             special_dropped: 0,
             committed: 0,
@@ -139,7 +133,7 @@ impl PageTable {
 
     /// Page ids ever handed out are below this: what host storage must hold so far.
     pub fn high_water_pages(&self) -> usize {
-        self.patch_pool + self.special_high_water
+        self.high_water
     }
 
     /// Frames committed so far (scale frames and keyframes). The 3D RoPE temporal index of the
@@ -200,8 +194,8 @@ impl PageTable {
             keyframe: kind == StepKind::Keyframe,
             ..StepPlan::default()
         };
-        let mut reused = false;
-        let appended = self.append_all(frames.clone(), kind, &mut reused);
+        self.reused_in_step = false;
+        let appended = self.append_all(frames.clone(), kind);
         if let Err(err) = appended {
             self.state = before;
             self.special_owner.truncate(special_owner_len);
@@ -215,21 +209,16 @@ impl PageTable {
             frames,
             before,
             special_owner_len,
-            reused_freed_page: reused,
+            reused_freed_page: self.reused_in_step,
         });
         Ok(&self.step)
     }
 
-    fn append_all(
-        &mut self,
-        frames: Range<u64>,
-        kind: StepKind,
-        reused: &mut bool,
-    ) -> Result<(), CacheError> {
+    fn append_all(&mut self, frames: Range<u64>, kind: StepKind) -> Result<(), CacheError> {
         let count = (frames.end - frames.start) as usize;
         let transient = kind == StepKind::NonKeyframe;
         for (index, frame) in frames.enumerate() {
-            self.append_frame(index, frame, count, transient, reused)?;
+            self.append_frame(index, frame, count, transient)?;
             if !transient {
                 self.evict_beyond_window();
             }
@@ -243,7 +232,6 @@ impl PageTable {
         frame: u64,
         frames_in_step: usize,
         transient: bool,
-        reused: &mut bool,
     ) -> Result<(), CacheError> {
         let tokens_per_frame = self.cfg.tokens_per_frame();
         let base = index_in_step * tokens_per_frame;
@@ -251,7 +239,8 @@ impl PageTable {
         self.special_owner.push(frame);
 
         let per_frame = self.cfg.pages_per_frame();
-        if self.state.free_patch.len() < per_frame {
+        let patch_pages_in_use = (self.state.scale.len() + self.state.window.len()) * per_frame;
+        if patch_pages_in_use + per_frame > self.patch_pool {
             return Err(CacheError::PatchPoolExhausted {
                 frame,
                 frames: frames_in_step,
@@ -260,11 +249,7 @@ impl PageTable {
         }
         let mut pages = Vec::with_capacity(per_frame);
         for j in 0..per_frame {
-            // Checked above: the pool holds at least `per_frame` pages.
-            let Some(page) = self.state.free_patch.pop() else {
-                unreachable!("free patch pages counted above")
-            };
-            *reused |= self.freed_in_step.contains(&page);
+            let page = self.take_page();
             let slot_start = j * self.page_size;
             let len = self.page_size.min(self.cfg.patches_per_frame - slot_start);
             self.step.writes.push(TokenRun {
@@ -340,7 +325,8 @@ impl PageTable {
                         page: oldest,
                         tokens: self.page_size as u32,
                     });
-                    self.freed_in_step.push(oldest);
+                    // Its old contents are overwritten by this step: no rollback past it.
+                    self.reused_in_step = true;
                     oldest
                 }
                 popped => {
@@ -354,33 +340,34 @@ impl PageTable {
                 }
             }
         } else {
-            if self.state.free_special.is_empty() {
-                self.grow_special_pool();
-            }
-            let Some(page) = self.state.free_special.pop() else {
-                unreachable!("the pool grew below its limit")
-            };
-            page
+            self.take_page()
         };
         self.state.special_pages.push_back(page);
         self.events.push(CacheEvent::SpecialPageOpened { page });
         Ok(())
     }
 
-    fn grow_special_pool(&mut self) {
-        let total = self.special_cap + self.special_reserve;
-        let first = self.state.special_allocated;
-        let grown = self.special_grow.min(total - first);
-        let base = self.patch_pool + first;
-        self.state
-            .free_special
-            .extend((base..base + grown).rev().map(|p| p as u32));
-        self.state.special_allocated += grown;
-        self.special_high_water = self.special_high_water.max(self.state.special_allocated);
-        self.events.push(CacheEvent::SpecialPoolGrown {
-            allocated_pages: self.state.special_allocated,
-            cap_pages: self.special_cap,
-        });
+    /// A free page id, or a new one. The callers' counting keeps ids below `max_pages`.
+    fn take_page(&mut self) -> u32 {
+        let page = match self.state.free.pop() {
+            Some(page) => page,
+            None => {
+                let page = self.state.allocated as u32;
+                self.state.allocated += 1;
+                if self.state.allocated > self.high_water {
+                    self.high_water = self.state.allocated;
+                    self.events.push(CacheEvent::PoolGrown {
+                        allocated_pages: self.high_water,
+                        max_pages: self.max_pages(),
+                    });
+                }
+                page
+            }
+        };
+        if self.freed_in_step.contains(&page) {
+            self.reused_in_step = true;
+        }
+        page
     }
 
     fn evict_beyond_window(&mut self) {
@@ -390,11 +377,11 @@ impl PageTable {
             };
             // A frame of this very step evicted before attention: its patch writes must not
             // land in pages that may be handed out again.
-            // (Patch and special pages have disjoint ids, so matching the page is enough.)
+            // (The page is freed only now, so every run to it so far was this frame's.)
             self.step
                 .writes
                 .retain(|run| !oldest.pages.contains(&run.page));
-            self.state.free_patch.extend(oldest.pages.iter().copied());
+            self.state.free.extend(oldest.pages.iter().copied());
             self.freed_in_step.extend(oldest.pages.iter().copied());
             self.state.frames_evicted += 1;
             self.step.evicted_frames.push(oldest.frame);
@@ -477,7 +464,7 @@ impl PageTable {
 
     /// Forgets everything: all pages free, counters zero. Storage is kept for reuse.
     pub fn reset(&mut self) {
-        self.state = Self::empty_residency(self.patch_pool);
+        self.state = Self::empty_residency();
         self.special_owner.clear();
         self.pending = None;
         self.freed_in_step.clear();
@@ -524,7 +511,7 @@ impl PageTable {
         let scale_pages = self.state.scale.len() * per_frame;
         let window_pages = self.state.window.len() * per_frame;
         let special_pages = self.state.special_pages.len();
-        let allocated_pages = self.patch_pool + self.state.special_allocated;
+        let allocated_pages = self.state.allocated;
         let page_bytes = self.cfg.page_bytes_all_layers();
         let used = scale_pages + window_pages + special_pages;
         CacheStats {
@@ -550,7 +537,7 @@ impl PageTable {
 
     /// The state of every allocated page id, for the page map panel.
     pub fn page_map(&self) -> Vec<PageState> {
-        let mut map = vec![PageState::Free; self.patch_pool + self.state.special_allocated];
+        let mut map = vec![PageState::Free; self.state.allocated];
         let transient = self
             .pending
             .as_ref()
