@@ -41,6 +41,19 @@ impl Default for SyntheticScene {
     }
 }
 
+/// Frames of the bundled sample in `assets/synthetic/`.
+pub const SAMPLE_FRAMES: u64 = 8;
+
+/// The scene of the bundled sample: small, so the repository stays light.
+pub fn sample_scene() -> SyntheticScene {
+    SyntheticScene {
+        width: 128,
+        height: 96,
+        frames: Some(SAMPLE_FRAMES),
+        ..SyntheticScene::default()
+    }
+}
+
 /// One rendered frame and its ground truth.
 #[derive(Debug, Clone)]
 pub struct SyntheticView {

@@ -190,13 +190,8 @@ fn print_cameras() {
 }
 
 fn write_sample(dir: &Path) -> anyhow::Result<()> {
-    let scene = SyntheticScene {
-        width: 128,
-        height: 96,
-        frames: Some(8),
-        ..SyntheticScene::default()
-    };
-    scene.write_sample(dir, 8)?;
+    let scene = crate::capture::synthetic::sample_scene();
+    scene.write_sample(dir, crate::capture::synthetic::SAMPLE_FRAMES)?;
     Ok(())
 }
 
@@ -314,7 +309,7 @@ fn load_model(args: &RunArgs) -> anyhow::Result<Arc<dyn FrameModel>> {
                     bail!("unknown --random-weights preset `{other}` (use full or tiny)")
                 }
             };
-            let store = crate::model::weights::random::random_store(&cfg, 0);
+            let store = crate::model::weights::random::random_store(&cfg, 0)?;
             (cfg, store)
         }
         (None, Some(path)) => {
