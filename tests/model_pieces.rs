@@ -75,6 +75,9 @@ fn bad_inputs_are_errors_not_panics() {
     let mut stream = model
         .new_stream(42, 56, AttentionLayout::Paged)
         .expect("stream");
+    // A stream cannot start with a non-keyframe.
+    let one = vec![0.5; 3 * 42 * 56];
+    assert!(model.step(&mut stream, &one, 0..1, false, None).is_err());
     // Wrong number of values for the frame range.
     assert!(
         model
@@ -103,7 +106,6 @@ fn bad_inputs_are_errors_not_panics() {
         .new_stream(42, 56, AttentionLayout::Dense)
         .expect("stream");
     short.step(&mut s, &two, 0..2, true, None).expect("fits");
-    let one = vec![0.5; 3 * 42 * 56];
     let err = short
         .step(&mut s, &one, 2..3, true, None)
         .expect_err("past the table");

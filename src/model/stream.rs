@@ -179,6 +179,12 @@ impl GctModel {
                 "a non-keyframe call holds exactly one frame".into(),
             ));
         }
+        if state.scale_frames.is_none() && !keyframe {
+            return Err(ModelError::BadInput(
+                "the first call of a stream is phase 1 (the scale frames) and must be a keyframe call"
+                    .into(),
+            ));
+        }
         let scale_frames = *state
             .scale_frames
             .get_or_insert(s.min(self.cfg.scale_frames));
