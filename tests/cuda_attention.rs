@@ -100,7 +100,6 @@ fn check(dev: &CudaDevice, case: &Case, kernel: AttentionKernel, seed: u64) -> f
         AttentionOptions {
             splits: case.splits,
             kernel: Some(kernel),
-            ..Default::default()
         },
         &mut ws,
     )
@@ -295,7 +294,6 @@ fn matches_cpu_attention_and_dense_baseline() {
             AttentionOptions {
                 splits: Some(3),
                 kernel: None,
-                ..Default::default()
             },
             &mut ws,
         )

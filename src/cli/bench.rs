@@ -57,13 +57,10 @@ pub struct BenchArgs {
     /// Query rows checked against the host reference per case.
     #[arg(long, default_value_t = 24)]
     pub check_rows: usize,
-    /// Attention kernel for the paged and dense rows: auto (wgmma on Hopper, else mma.sync),
-    /// mma, wgmma, wgmma-wg1, overlap, overlap-wg1. The other kernel, when present, is also timed in its own column.
+    /// Attention kernel for the paged and dense rows: auto (wgmma on Hopper, else mma), mma,
+    /// wgmma. Every other kernel the GPU has is also timed, paged, in its own column. The other kernel, when present, is also timed in its own column.
     #[arg(long, default_value = "auto")]
     pub kernel: String,
-    /// Diagnostics: bit 0 / bit 1 make the wgmma kernel compute S / P V with mma.sync.
-    #[arg(long, default_value_t = 0)]
-    pub sm90_variant: u32,
     /// Tokens per page; default exact pages (= patches per frame, 999).
     #[arg(long)]
     pub page_size: Option<usize>,
@@ -274,17 +271,9 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
     let kernel = match args.kernel.as_str() {
         "auto" => best,
         "mma" => AttentionKernel::MmaSync,
-        "wgmma" => AttentionKernel::Wgmma,
-        "wgmma-wg1" => AttentionKernel::WgmmaWg1,
-        "overlap" => AttentionKernel::WgmmaOverlap,
-        "overlap-wg1" => AttentionKernel::WgmmaOverlapWg1,
-        "wgmma-wg4" => AttentionKernel::WgmmaWg4,
-        "overlap-wg4" => AttentionKernel::WgmmaOverlapWg4,
-        "wide" => AttentionKernel::WgmmaWide,
+        "wgmma" => AttentionKernel::WgmmaWide,
         other => {
-            bail!(
-                "unknown --kernel `{other}` (auto, mma, wgmma, wgmma-wg1, wgmma-wg4, overlap, overlap-wg1, overlap-wg4, wide)"
-            )
+            bail!("unknown --kernel `{other}` (auto, mma, wgmma)")
         }
     };
     if !kernels.contains(&kernel) {
@@ -394,7 +383,6 @@ fn attention_case(
     let opts = |k: AttentionKernel, splits: Option<usize>| AttentionOptions {
         splits,
         kernel: Some(k),
-        sm90_variant: args.sm90_variant,
     };
 
     // Host copies for the reference on sampled rows.

@@ -20,84 +20,44 @@ const ALIGN_SLACK: usize = 1024;
 pub enum AttentionKernel {
     /// FlashAttention-2 style on mma.sync (m16n8k16): any NVIDIA GPU from sm_80.
     MmaSync,
-    /// Both products on Hopper's wgmma (sm_90a only), two warpgroups per CTA.
-    Wgmma,
-    /// The same with one warpgroup per CTA, four CTAs per SM: no barrier couples warpgroups.
-    WgmmaWg1,
-    /// wgmma with the softmax of tile j+1 overlapping P(j) V(j), three K/V stages.
-    WgmmaOverlap,
-    /// The overlapped kernel with one warpgroup per CTA, three CTAs per SM.
-    WgmmaOverlapWg1,
-    /// wgmma, four warpgroups (256 query rows) per CTA, one CTA per SM: half the K/V traffic.
-    WgmmaWg4,
-    /// The overlapped kernel with four warpgroups per CTA.
-    WgmmaOverlapWg4,
-    /// wgmma with 128-key tiles, S from shared-memory Q (m64n128k16).
+    /// Both products on Hopper's wgmma (sm_90a only): 128-key tiles, S as m64n128k16 from
+    /// shared memory, P V with P from registers.
     WgmmaWide,
 }
 
 impl AttentionKernel {
-    const ALL: [Self; 8] = [
-        Self::MmaSync,
-        Self::Wgmma,
-        Self::WgmmaWg1,
-        Self::WgmmaWg4,
-        Self::WgmmaOverlap,
-        Self::WgmmaOverlapWg1,
-        Self::WgmmaOverlapWg4,
-        Self::WgmmaWide,
-    ];
+    const ALL: [Self; 2] = [Self::MmaSync, Self::WgmmaWide];
 
     fn entry(self) -> &'static str {
         match self {
             Self::MmaSync => "paged_attention_fwd",
-            Self::Wgmma => "paged_attention_fwd_sm90",
-            Self::WgmmaWg1 => "paged_attention_fwd_sm90_wg1",
-            Self::WgmmaOverlap => "paged_attention_fwd_sm90_overlap",
-            Self::WgmmaOverlapWg1 => "paged_attention_fwd_sm90_overlap_wg1",
-            Self::WgmmaWg4 => "paged_attention_fwd_sm90_wg4",
-            Self::WgmmaOverlapWg4 => "paged_attention_fwd_sm90_overlap_wg4",
             Self::WgmmaWide => "paged_attention_fwd_sm90_wide",
         }
     }
 
     /// Query rows per CTA.
     pub fn block_m(self) -> usize {
-        match self {
-            Self::MmaSync | Self::Wgmma | Self::WgmmaOverlap | Self::WgmmaWide => 128,
-            Self::WgmmaWg1 | Self::WgmmaOverlapWg1 => 64,
-            Self::WgmmaWg4 | Self::WgmmaOverlapWg4 => 256,
-        }
+        128
     }
 
     fn threads(self) -> u32 {
         match self {
             Self::MmaSync => 128,
-            _ => 2 * self.block_m() as u32,
+            Self::WgmmaWide => 256,
         }
     }
 
-    /// CTAs resident per SM: the kernel's __launch_bounds__ minimum, which its registers and
+    /// CTAs resident per SM: the kernels' __launch_bounds__ minimum, which their registers and
     /// shared memory were sized for.
     fn ctas_per_sm(self) -> usize {
-        match self {
-            Self::MmaSync | Self::Wgmma | Self::WgmmaOverlap | Self::WgmmaWide => 2,
-            Self::WgmmaWg1 => 4,
-            Self::WgmmaOverlapWg1 => 3,
-            Self::WgmmaWg4 | Self::WgmmaOverlapWg4 => 1,
-        }
+        2
     }
 
     fn smem_bytes(self) -> u32 {
         let q = self.block_m() * HEAD_DIM * 2;
         let bytes = match self {
+            // Two stages of a K and a V tile.
             Self::MmaSync => q + 2 * 2 * KV_TILE_BYTES,
-            Self::Wgmma | Self::WgmmaWg1 | Self::WgmmaWg4 => {
-                q + 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK
-            }
-            Self::WgmmaOverlap | Self::WgmmaOverlapWg1 | Self::WgmmaOverlapWg4 => {
-                q + 3 * 2 * KV_TILE_BYTES + ALIGN_SLACK
-            }
             // Two stages of 128-key K and V tiles.
             Self::WgmmaWide => q + 2 * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK,
         };
@@ -112,11 +72,10 @@ impl AttentionKernel {
             .collect()
     }
 
-    /// The kernel used by default: on Hopper the wgmma kernel (measured fastest on the H200,
-    /// docs/cuda.md), else mma.sync.
+    /// The kernel used by default: wgmma on Hopper, else mma.sync.
     pub fn best_for(dev: &CudaDevice) -> Self {
-        if dev.kernels.has(Self::Wgmma.entry()) {
-            Self::Wgmma
+        if dev.kernels.has(Self::WgmmaWide.entry()) {
+            Self::WgmmaWide
         } else {
             Self::MmaSync
         }
@@ -130,8 +89,6 @@ pub struct AttentionOptions {
     pub splits: Option<usize>,
     /// None: [`AttentionKernel::best_for`].
     pub kernel: Option<AttentionKernel>,
-    /// Diagnostics of the wgmma kernel: bit 0 computes S, bit 1 P V, with mma.sync instead.
-    pub sm90_variant: u32,
 }
 
 /// How many key splits to use: the largest count that still fits all CTAs in one wave, so a
@@ -272,9 +229,6 @@ pub fn paged_attention(
         .arg(&tps32)
         .arg(&ns32)
         .arg(&scale_log2);
-    if kernel != AttentionKernel::MmaSync {
-        b.arg(&opts.sm90_variant);
-    }
     // SAFETY: arguments match both attention kernels; sizes checked above; the page table was
     // validated against the pool when uploaded.
     unsafe { b.launch(cfg) }?;

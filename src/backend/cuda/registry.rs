@@ -46,15 +46,7 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "paged_attention_sm90",
         source: include_str!("../../../kernels/paged_attention_sm90.cu"),
-        functions: &[
-            "paged_attention_fwd_sm90",
-            "paged_attention_fwd_sm90_wg1",
-            "paged_attention_fwd_sm90_overlap",
-            "paged_attention_fwd_sm90_overlap_wg1",
-            "paged_attention_fwd_sm90_wg4",
-            "paged_attention_fwd_sm90_overlap_wg4",
-            "paged_attention_fwd_sm90_wide",
-        ],
+        functions: &["paged_attention_fwd_sm90_wide"],
         hopper_only: true,
     },
     KernelSource {
