@@ -7,6 +7,8 @@ _toolchain="$_streamrecon_root/../shared/tools/cuda-toolchain"
 if ! command -v nvcc >/dev/null 2>&1 && [ -x "$_toolchain" ]; then
   if _exports=$("$_toolchain"); then
     eval "$_exports"
+    # With the toolchain present, a kernel that does not compile must fail the tests, not skip.
+    export STREAMRECON_REQUIRE_NVRTC=1
   else
     echo "note: could not install the CUDA 13.0 toolchain; kernels will be compiled at run time" >&2
   fi
