@@ -4,8 +4,8 @@
 # tests (kernels are then compiled at run time, and the NVRTC test says why it skipped).
 _streamrecon_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 _toolchain="$_streamrecon_root/../shared/tools/cuda-toolchain"
-if ! command -v nvcc >/dev/null 2>&1 && [ -x "$_toolchain" ]; then
-  if _exports=$("$_toolchain"); then
+if ! command -v nvcc >/dev/null 2>&1 && [ -f "$_toolchain" ]; then
+  if _exports=$(bash "$_toolchain"); then
     eval "$_exports"
     # With the toolchain present, a kernel that does not compile must fail the tests, not skip.
     export STREAMRECON_REQUIRE_NVRTC=1
