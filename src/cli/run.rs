@@ -21,7 +21,8 @@ use crate::model::weights::WeightStore;
 use crate::model::{GctModel, ModelConfig};
 use crate::pipeline::{
     Control, CpuFrameModel, Delivery, FrameModel, FrameResult, KeyframePolicy, KeyframeRule,
-    OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary, PointFilter,
+    KeyframeScheduler, OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary,
+    PointFilter,
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -115,6 +116,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = pipeline_config(&args)?;
     let source = open_source(&input, &args)?;
     let model = load_model(&args)?;
+    // Refuse a keyframe budget the model cannot hold before anything is written.
+    let limits = model.limits();
+    KeyframeScheduler::new(
+        config.keyframes_for(source.as_ref(), &limits),
+        limits.scale_frames,
+        limits.max_frame_num,
+    )?;
     prepare_session_dir(&out)?;
 
     let mut outputs = Outputs::default();

@@ -1,0 +1,195 @@
+//! `streamrecon run --headless` as a user runs it: the courthouse sequence with the gct-tiny
+//! fixture, a camera that does not exist, a corrupt image in a strict run, bad arguments.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_streamrecon");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const COURTHOUSE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/sequences/courthouse"
+);
+
+/// Run with a deadline: a hang is a failure, not a stuck CI job.
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .current_dir(ROOT)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("streamrecon {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn tiny(extra: &[&str], out: &Path, input: &str) -> Output {
+    let out = out.to_str().unwrap();
+    let mut args = vec![
+        "run",
+        "--headless",
+        "--input",
+        input,
+        "--out",
+        out,
+        "--weights",
+        "../shared/fixtures/gct-tiny/weights.safetensors",
+        "--model-config",
+        "../shared/fixtures/gct-tiny/kf1/config.json",
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn courthouse_with_the_tiny_model_writes_a_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("session");
+    let out = tiny(&[], &session, COURTHOUSE);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("48 processed of 48 captured"), "{stdout}");
+    assert!(stdout.contains("fps"), "{stdout}");
+
+    let frames = std::fs::read_dir(session.join("frames")).unwrap().count();
+    assert_eq!(frames, 48);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(session.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["frames_processed"], 48);
+    assert_eq!(summary["frames_dropped"], 0);
+    assert_eq!(summary["input_ended"], true);
+
+    // The PLY's vertex count matches its body and the per-frame counts.
+    let ply = std::fs::read(session.join("points.ply")).unwrap();
+    let end = ply.windows(11).position(|w| w == b"end_header\n").unwrap() + 11;
+    let header = text(&ply[..end]);
+    let count: u64 = header
+        .lines()
+        .find_map(|l| l.strip_prefix("element vertex "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        (ply.len() - end) as u64,
+        count * 19,
+        "x y z f32, rgb u8, confidence f32"
+    );
+    let per_frame: u64 = (0..48)
+        .map(|i| {
+            let f: serde_json::Value = serde_json::from_slice(
+                &std::fs::read(session.join(format!("frames/{i:06}.json"))).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(f["frame"], i);
+            f["points"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(per_frame, count);
+    let trajectory = std::fs::read_to_string(session.join("trajectory.tum")).unwrap();
+    assert_eq!(
+        trajectory.lines().filter(|l| !l.starts_with('#')).count(),
+        48
+    );
+}
+
+#[test]
+fn a_missing_camera_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tiny(&[], &dir.path().join("s"), "webcam:57");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("webcam:57"), "{stderr}");
+    assert!(stderr.contains("cameras found:"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !dir.path().join("s").exists(),
+        "nothing written for a run that never started"
+    );
+}
+
+#[test]
+fn list_cameras_answers_without_a_camera() {
+    let out = run(&["run", "--list-cameras"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("no cameras found") || stdout.contains("webcam:"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_corrupt_image_stops_a_strict_run_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    for i in 0..3 {
+        let name = format!("{:06}.png", 2 * i);
+        std::fs::copy(Path::new(COURTHOUSE).join(&name), input.join(&name)).unwrap();
+    }
+    std::fs::write(input.join("000003.png"), b"\x89PNG\r\n\x1a\nnot really").unwrap();
+    let input = input.to_str().unwrap();
+
+    let strict = tiny(&["--strict"], &dir.path().join("strict"), input);
+    let stderr = text(&strict.stderr);
+    assert_eq!(strict.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("000003.png"), "{stderr}");
+    // The frames before it were processed and written.
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("strict/frames"))
+            .unwrap()
+            .count(),
+        2
+    );
+
+    let lenient = tiny(&[], &dir.path().join("lenient"), input);
+    let (stdout, stderr) = (text(&lenient.stdout), text(&lenient.stderr));
+    assert!(lenient.status.success(), "{stderr}");
+    assert!(stdout.contains("3 processed of 3 captured"), "{stdout}");
+    assert!(
+        stderr.contains("000003.png") || stdout.contains("000003.png"),
+        "the skipped file is named\n{stdout}\n{stderr}"
+    );
+}
+
+#[test]
+fn bad_arguments_are_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("s");
+    for extra in [
+        &["--keyframes", "fixed:0"][..],
+        &["--on-budget", "later"][..],
+        &["--attention", "sparse"][..],
+        &["--view-budget", "1"][..],
+    ] {
+        let out = tiny(extra, &s, COURTHOUSE);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.starts_with("error:"), "{extra:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{extra:?}: {stderr}");
+    }
+    let no_model = run(&[
+        "run",
+        "--headless",
+        "--input",
+        "synthetic",
+        "--out",
+        s.to_str().unwrap(),
+    ]);
+    assert_eq!(no_model.status.code(), Some(2));
+    assert!(text(&no_model.stderr).contains("--weights"));
+}
