@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use streamrecon::cli;
 
 #[derive(Debug, Parser)]
-#[command(name = "streamrecon", version, about = "Real-time 3D reconstruction viewer (GCT streaming model, paged KV cache)")]
+#[command(
+    name = "streamrecon",
+    version,
+    about = "Real-time 3D reconstruction viewer (GCT streaming model, paged KV cache)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -37,7 +41,10 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Cli::parse();
-    let result = match args.command.unwrap_or_else(|| Command::View(cli::view::ViewArgs::default())) {
+    let result = match args
+        .command
+        .unwrap_or_else(|| Command::View(cli::view::ViewArgs::default()))
+    {
         Command::View(a) => cli::view::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Bench(a) => cli::bench::run(a),
