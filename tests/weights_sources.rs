@@ -20,6 +20,12 @@ fn fixture(name: &str) -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else {
+        // A machine that must have them (CI) sets STREAMRECON_REQUIRE_FIXTURES: no silent skip.
+        assert!(
+            std::env::var_os("STREAMRECON_REQUIRE_FIXTURES").is_none(),
+            "fixtures required but missing: {}",
+            p.display()
+        );
         eprintln!("skipping: fixture {} not found", p.display());
         None
     }
