@@ -6,8 +6,9 @@
 // descriptors (K-major); O += P V is m64n64k16 with P from registers and V read MN-major
 // (transposed by the instruction). Tiles are stored with the 128-byte swizzle that the
 // descriptors expect (16-byte chunk c of row r at c ^ (r & 7)), written by cp.async (the paged
-// gather: a tile may straddle pages), two stages deep. Two CTAs per SM, so one warpgroup's softmax
-// overlaps another's matrix products.
+// gather: a tile may straddle pages), three stages deep so that one barrier per tile suffices.
+// Two CTAs per SM, so one warpgroup's softmax overlaps another's matrix products. The O rescale is
+// skipped for a warp when no row maximum moved.
 //
 // A 64-key variant that kept Q in registers (A-from-registers for S as well) produced wrong
 // results in some builds (docs/cuda.md); it was removed rather than shipped.
@@ -107,6 +108,8 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float* d, u64 desc_a, u64 de
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+#define STAGES 3
+
 template <int WGS>
 __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
     float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
@@ -120,7 +123,7 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
     u16* sq = (u16*)smem;
-    u16* skv = (u16*)(smem + kBlockM * HEAD_DIM * 2);  // [2 stages][K|V][BN_WIDE][64]
+    u16* skv = (u16*)(smem + kBlockM * HEAD_DIM * 2);  // [STAGES][K|V][BN_WIDE][64]
 
     const u32 tid = threadIdx.x;
     const u32 lane = tid & 31;
@@ -184,6 +187,10 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
 
     load_kv(0, 0);
     cp_async_commit();
+    if (n_tiles > 1) {
+        load_kv(1, 1);
+        cp_async_commit();
+    }
 
     float o_acc[32];
     float s[64];
@@ -194,16 +201,18 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
     const u32 sq_wg = smem_addr(sq) + wg * 64 * 128;  // this warpgroup's 64 Q rows
 
     for (u32 tile = 0; tile < n_tiles; ++tile) {
-        const u32 stage = tile & 1;
-        if (tile + 1 < n_tiles) {
-            load_kv(tile + 1, stage ^ 1);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        const u32 stage = tile % STAGES;
+        // Groups in flight: this tile's and the next one's. After the barrier every thread has
+        // finished the previous tile, whose stage the tile after next may now refill: one barrier
+        // per tile.
+        if (tile + 1 < n_tiles) cp_async_wait<1>(); else cp_async_wait<0>();
+        // cp.async wrote through the generic proxy; wgmma reads through the async proxy.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
+        if (tile + 2 < n_tiles) {
+            load_kv(tile + 2, (tile + 2) % STAGES);
+            cp_async_commit();
+        }
         const u32 sk = smem_addr(skv + stage * (2 * BN_WIDE * HEAD_DIM));
         const u32 sv = sk + kTileBytes;
 
@@ -249,10 +258,14 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
                 sum += p0 + p1;
             }
             row_sum[hf] = row_sum[hf] * corr + sum;
+            // Once the running maximum settles, most tiles change no row's maximum (corr == 1
+            // exactly): skip the rescale when that holds for the whole warp.
+            if (__any_sync(0xffffffffu, corr != 1.f)) {
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                o_acc[j * 4 + hf * 2] *= corr;
-                o_acc[j * 4 + hf * 2 + 1] *= corr;
+                for (int j = 0; j < 8; ++j) {
+                    o_acc[j * 4 + hf * 2] *= corr;
+                    o_acc[j * 4 + hf * 2 + 1] *= corr;
+                }
             }
         }
 #pragma unroll
@@ -273,7 +286,6 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
         for (int kc = 0; kc < 8; ++kc)
 #pragma unroll
             for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p_frag[kc][i])::"memory");
-        __syncthreads();
     }
 
     const u32 g = lane >> 2;
@@ -309,5 +321,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) paged_attention_fwd_sm90_wi
     float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
     const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
     u32 tiles_per_split, u32 n_splits, float scale_log2) {
-    wide_body<2>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads, tiles_per_split, n_splits, scale_log2);
+    wide_body<2>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads,
+                 tiles_per_split, n_splits, scale_log2);
 }

@@ -20,8 +20,8 @@ const ALIGN_SLACK: usize = 1024;
 pub enum AttentionKernel {
     /// FlashAttention-2 style on mma.sync (m16n8k16): any NVIDIA GPU from sm_80.
     MmaSync,
-    /// Both products on Hopper's wgmma (sm_90a only): 128-key tiles, S as m64n128k16 from
-    /// shared memory, P V with P from registers.
+    /// Both products on Hopper's wgmma (sm_90a only): 128-key tiles in three stages, S as
+    /// m64n128k16 from shared memory, P V with P from registers.
     WgmmaWide,
 }
 
@@ -58,8 +58,8 @@ impl AttentionKernel {
         let bytes = match self {
             // Two stages of a K and a V tile.
             Self::MmaSync => q + 2 * 2 * KV_TILE_BYTES,
-            // Two stages of 128-key K and V tiles.
-            Self::WgmmaWide => q + 2 * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK,
+            // Three stages of 128-key K and V tiles (113 KB: two CTAs fill an SM's 228 KB).
+            Self::WgmmaWide => q + 3 * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK,
         };
         bytes as u32
     }
