@@ -10,7 +10,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use eframe::egui::{self, Color32, RichText};
 
 use super::cloud_view::CloudView;
-use super::control::ViewerControl;
+use super::control::{ViewerControl, ViewerEvent};
 use super::fps::FpsMeter;
 use super::history::StreamHistory;
 use super::panels::{self, ControlState, InputThumbnails};
@@ -81,9 +81,11 @@ enum ExitState {
 }
 
 pub struct ViewerApp {
-    results: Receiver<Arc<FrameResult>>,
+    events: Receiver<ViewerEvent>,
     control: Option<Sender<ViewerControl>>,
     options: ViewerOptions,
+    /// The latest status line from the stream (warnings, resets, loading).
+    status: Option<String>,
     pub history: StreamHistory,
     pub cloud: CloudView,
     thumbnails: InputThumbnails,
@@ -100,17 +102,17 @@ pub struct ViewerApp {
 impl ViewerApp {
     pub fn new(
         cc: &eframe::CreationContext<'_>,
-        results: Receiver<Arc<FrameResult>>,
+        events: Receiver<ViewerEvent>,
         control: Option<Sender<ViewerControl>>,
         options: ViewerOptions,
     ) -> Self {
-        Self::with_render_state(cc.wgpu_render_state.clone(), results, control, options)
+        Self::with_render_state(cc.wgpu_render_state.clone(), events, control, options)
     }
 
     /// For tests and embedding: `render_state` may be `None` (no 3D drawing).
     pub fn with_render_state(
         render_state: Option<eframe::egui_wgpu::RenderState>,
-        results: Receiver<Arc<FrameResult>>,
+        events: Receiver<ViewerEvent>,
         control: Option<Sender<ViewerControl>>,
         options: ViewerOptions,
     ) -> Self {
@@ -121,9 +123,10 @@ impl ViewerApp {
             ..ControlState::default()
         };
         Self {
-            results,
+            events,
             control,
             options,
+            status: None,
             history: StreamHistory::default(),
             cloud: CloudView::new(render_state),
             thumbnails: InputThumbnails::default(),
@@ -143,16 +146,35 @@ impl ViewerApp {
     }
 
     /// Takes what arrived on the channel (bounded per repaint).
-    pub fn drain_results(&mut self) {
+    pub fn drain_events(&mut self) {
         for _ in 0..MAX_RESULTS_PER_REPAINT {
-            match self.results.try_recv() {
-                Ok(result) => self.ingest(result),
+            match self.events.try_recv() {
+                Ok(event) => self.handle_event(event),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     self.source_ended = true;
                     break;
                 }
             }
+        }
+    }
+
+    pub fn handle_event(&mut self, event: ViewerEvent) {
+        match event {
+            ViewerEvent::Frame(result) => self.ingest(result),
+            ViewerEvent::Notice(notice) => {
+                if !self.options.notices.contains(&notice) {
+                    self.options.notices.push(notice);
+                }
+            }
+            ViewerEvent::Status(status) => self.status = Some(status),
+            ViewerEvent::Paused(paused) => self.controls.paused = paused,
+            ViewerEvent::SessionReset(reason) => {
+                self.cloud.clear();
+                self.history.session_reset();
+                self.status = Some(format!("new session: {reason}"));
+            }
+            ViewerEvent::InputEnded => self.source_ended = true,
         }
     }
 
@@ -201,6 +223,10 @@ impl ViewerApp {
             if self.source_ended {
                 ui.separator();
                 ui.colored_label(Color32::YELLOW, "input ended");
+            }
+            if let Some(status) = &self.status {
+                ui.separator();
+                ui.label(status);
             }
             if self.controls.paused {
                 ui.separator();
@@ -333,7 +359,7 @@ impl eframe::App for ViewerApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         let ctx = ui.ctx().clone();
         self.fps.tick(Instant::now());
-        self.drain_results();
+        self.drain_events();
         if let Some(result) = self.pending_thumbnail.take() {
             self.thumbnails.update(&ctx, &result);
         }
@@ -374,7 +400,7 @@ fn save_png(image: &egui::ColorImage, path: &std::path::Path) -> Result<(), View
 
 /// Opens the window and runs until it is closed (or the exit plan closes it).
 pub fn run_viewer(
-    results: Receiver<Arc<FrameResult>>,
+    events: Receiver<ViewerEvent>,
     control: Option<Sender<ViewerControl>>,
     options: ViewerOptions,
 ) -> Result<ViewerReport, ViewerError> {
@@ -390,7 +416,7 @@ pub fn run_viewer(
         "streamrecon",
         native,
         Box::new(move |cc| {
-            let mut app = ViewerApp::new(cc, results, control, options);
+            let mut app = ViewerApp::new(cc, events, control, options);
             app.report = report;
             Ok(Box::new(app))
         }),

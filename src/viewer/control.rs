@@ -1,5 +1,25 @@
-//! Messages from the viewer's controls to whatever runs the stream (the pipeline's control
-//! channel). Kept to what a user can ask for; the pipeline decides how.
+//! The viewer's two message types: what arrives (results and news about the stream) and what
+//! the controls ask of whatever runs the stream (the pipeline's control channel). Kept apart
+//! from the pipeline's own types so the viewer runs on any producer (the demo stream, a replay).
+
+use std::sync::Arc;
+
+use crate::pipeline::FrameResult;
+
+/// What the viewer receives, in order.
+#[derive(Debug, Clone)]
+pub enum ViewerEvent {
+    Frame(Arc<FrameResult>),
+    /// Shown on top of the 3D view for the rest of the run (e.g. random weights).
+    Notice(String),
+    /// Shown in the status bar until the next one (warnings, session resets, loading).
+    Status(String),
+    Paused(bool),
+    /// A new session started (empty cache, new world frame): the cloud starts over.
+    SessionReset(String),
+    /// The input has no more frames.
+    InputEnded,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ViewerControl {

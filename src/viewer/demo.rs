@@ -4,7 +4,7 @@
 
 use glam::{Mat4, Quat, Vec3};
 
-use crate::kvcache::{CacheConfig, PageTable, StepKind};
+use crate::kvcache::{CacheConfig, CacheEvent, PageTable, StepKind};
 use crate::pipeline::{
     CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage, StageTime,
 };
@@ -39,6 +39,8 @@ pub struct DemoStream {
     cfg: DemoConfig,
     table: PageTable,
     next_frame: u64,
+    /// A reset happened since the last result: its event goes out with the next one.
+    reset_pending: bool,
 }
 
 impl DemoStream {
@@ -50,7 +52,15 @@ impl DemoStream {
             cfg,
             table,
             next_frame: 0,
+            reset_pending: false,
         }
+    }
+
+    /// Starts over (empty cache, frame 0), as a pipeline reset does.
+    pub fn reset(&mut self) {
+        self.table.reset();
+        self.next_frame = 0;
+        self.reset_pending = true;
     }
 
     pub fn config(&self) -> DemoConfig {
@@ -123,9 +133,14 @@ impl DemoStream {
         // Taken mid-step, as the pipeline does after attention, so transient pages show.
         let page_map = self.table.page_map();
         let _ = self.table.end_step();
+        let mut events = Vec::new();
+        if std::mem::take(&mut self.reset_pending) {
+            events.push(CacheEvent::Reset);
+        }
+        events.extend_from_slice(self.table.events());
         CacheSnapshot {
             stats: self.table.stats(),
-            events: self.table.events().to_vec(),
+            events,
             page_map,
         }
     }
@@ -261,6 +276,19 @@ mod tests {
             assert!(r.points.len() > n / 2, "the room surrounds the camera");
             assert!(!r.cache.page_map.is_empty());
         }
+    }
+
+    #[test]
+    fn reset_starts_over_and_says_so() {
+        let mut stream = DemoStream::new(DemoConfig::default());
+        for _ in 0..5 {
+            stream.next_result();
+        }
+        stream.reset();
+        let r = stream.next_result();
+        assert_eq!(r.frame, 0);
+        assert_eq!(r.cache.events.first(), Some(&CacheEvent::Reset));
+        assert_eq!(r.cache.stats.frames_committed, 1);
     }
 
     #[test]

@@ -160,11 +160,7 @@ impl StreamHistory {
             .iter()
             .any(|e| matches!(e, CacheEvent::Reset));
         if reset {
-            self.poses.clear();
-            self.bounds = None;
-            self.max_depth = 0.0;
-            self.log_confidence_range = None;
-            self.page_map.evicted.clear();
+            self.clear_scene();
         }
         self.ingest_cache(result);
         self.poses.push(CameraPose {
@@ -257,6 +253,33 @@ impl StreamHistory {
                 range.1 = range.1.max(l);
             }
         }
+    }
+
+    /// Forgets the reconstruction (poses, bounds, highlights) for a new session; latency and
+    /// the timeline keep running so the reset itself stays visible.
+    pub fn clear_scene(&mut self) {
+        self.poses.clear();
+        self.bounds = None;
+        self.max_depth = 0.0;
+        self.log_confidence_range = None;
+        self.page_map.evicted.clear();
+    }
+
+    /// A new session that the results themselves do not announce (the pipeline's
+    /// `SessionReset`): clears the scene and marks the timeline.
+    pub fn session_reset(&mut self) {
+        self.clear_scene();
+        let step = self.page_map.current_frame;
+        push_capped(
+            &mut self.timeline,
+            TimelineEvent {
+                step,
+                lane: TimelineLane::Reset,
+                frame: step,
+                pages: 0,
+            },
+            TIMELINE_HISTORY,
+        );
     }
 
     /// Median and 99th percentile of the total per-frame latency over the kept history.

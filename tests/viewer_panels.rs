@@ -1,0 +1,219 @@
+//! The viewer's panels under egui_kittest: the UI tree and controls everywhere, and image
+//! snapshots (panels and the 3D view) where a wgpu adapter exists — in CI that is Mesa's
+//! software Vulkan (lavapipe, `mesa-vulkan-drivers`); without one the image checks are skipped
+//! with a printed reason.
+//!
+//! Regenerate snapshots with `UPDATE_SNAPSHOTS=1 cargo test --test viewer_panels`.
+
+use std::sync::Arc;
+
+use eframe::egui;
+use egui_kittest::kittest::{NodeT as _, Queryable as _};
+use egui_kittest::wgpu::{WgpuTestRenderer, create_render_state, default_wgpu_setup};
+use egui_kittest::{Harness, SnapshotOptions};
+use streamrecon::pipeline::FrameResult;
+use streamrecon::viewer::ViewerControl;
+use streamrecon::viewer::cloud_view::CloudView;
+use streamrecon::viewer::demo::{DemoConfig, DemoStream};
+use streamrecon::viewer::history::StreamHistory;
+use streamrecon::viewer::panels::{self, ControlState, InputThumbnails, controls::ViewRequests};
+
+fn demo_results(frames: usize) -> Vec<Arc<FrameResult>> {
+    let mut stream = DemoStream::new(DemoConfig::default());
+    (0..frames)
+        .map(|_| Arc::new(stream.next_result()))
+        .collect()
+}
+
+fn demo_history(results: &[Arc<FrameResult>]) -> StreamHistory {
+    let mut history = StreamHistory::default();
+    for r in results {
+        history.ingest(r);
+    }
+    history
+}
+
+/// A wgpu render state on whatever adapter exists (a software one in CI), or why not.
+fn render_state() -> Result<eframe::egui_wgpu::RenderState, String> {
+    // kittest panics when no adapter is found; turn that into a skip.
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let made = std::panic::catch_unwind(|| {
+        create_render_state(
+            default_wgpu_setup(),
+            eframe::egui_wgpu::RendererOptions::PREDICTABLE,
+        )
+    });
+    std::panic::set_hook(previous);
+    made.map_err(|e| {
+        e.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "no wgpu adapter".to_string())
+    })
+}
+
+fn snapshot_options() -> SnapshotOptions {
+    // Software rasterisers differ a little between Mesa versions; text and layout must match.
+    SnapshotOptions::new().threshold(2.0).max_failed_pixels(200)
+}
+
+fn all_panels_ui(ui: &mut egui::Ui, history: &StreamHistory, thumbs: &InputThumbnails) {
+    ui.heading("KV page map");
+    panels::page_map_ui(ui, &history.page_map);
+    ui.heading("Eviction timeline");
+    panels::eviction_timeline_ui(ui, history);
+    ui.heading("Latency");
+    panels::latency_ui(ui, history);
+    ui.heading("Memory");
+    panels::memory_ui(ui, &history.stats, &Default::default());
+    ui.heading("Input");
+    panels::input_ui(ui, thumbs);
+}
+
+fn panels_harness(frames: usize) -> Harness<'static> {
+    let results = demo_results(frames);
+    let history = demo_history(&results);
+    let newest = results.last().cloned();
+    let mut thumbs = InputThumbnails::default();
+    Harness::builder()
+        .with_size(egui::vec2(440.0, 900.0))
+        .with_accessibility_check(false)
+        .build_ui(move |ui| {
+            if let Some(result) = &newest
+                && thumbs.frame != Some(result.frame)
+            {
+                thumbs.update(ui.ctx(), result);
+            }
+            all_panels_ui(ui, &history, &thumbs);
+        })
+}
+
+#[test]
+fn panels_show_the_stream() {
+    let mut harness = panels_harness(40);
+    harness.run();
+    harness.get_by_label_contains("frames evicted");
+    harness.get_by_label_contains("ms (");
+    harness.get_by_label_contains("resident of");
+    harness.get_by_label("frame 39");
+}
+
+#[test]
+fn empty_panels_say_so() {
+    let history = StreamHistory::default();
+    let thumbs = InputThumbnails::default();
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(440.0, 600.0))
+        .with_accessibility_check(false)
+        .build_ui(move |ui| all_panels_ui(ui, &history, &thumbs));
+    harness.run();
+    harness.get_by_label_contains("page map fills");
+    harness.get_by_label("No frame yet.");
+}
+
+#[test]
+fn controls_send_messages() {
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(300.0, 300.0))
+        .with_accessibility_check(false)
+        .build_ui_state(
+            |ui, (state, sent): &mut (ControlState, Vec<ViewerControl>)| {
+                let messages = panels::controls_ui(ui, state);
+                sent.extend(messages);
+            },
+            (
+                ControlState {
+                    connected: true,
+                    ..ControlState::default()
+                },
+                Vec::new(),
+            ),
+        );
+    harness.run();
+    harness.get_by_label("Pause").click();
+    harness.run();
+    harness.get_by_label("Reset").click();
+    harness.run();
+    harness.get_by_label("dense").click();
+    harness.run();
+    let (state, sent) = harness.state();
+    assert!(state.paused);
+    assert!(!state.paged);
+    assert_eq!(
+        sent,
+        &vec![
+            ViewerControl::Pause(true),
+            ViewerControl::Reset,
+            ViewerControl::PagedAttention(false)
+        ]
+    );
+    // Recording is not offered until a recorder exists.
+    assert!(
+        harness
+            .get_by_label("record")
+            .accesskit_node()
+            .is_disabled()
+    );
+}
+
+#[test]
+fn disconnected_controls_are_disabled() {
+    let mut harness = Harness::builder()
+        .with_accessibility_check(false)
+        .build_ui_state(
+            |ui, state: &mut ControlState| {
+                panels::controls_ui(ui, state);
+            },
+            ControlState::default(),
+        );
+    harness.run();
+    assert!(harness.get_by_label("Pause").accesskit_node().is_disabled());
+    harness.get_by_label_contains("No pipeline attached");
+}
+
+#[test]
+fn snapshot_panels() {
+    if let Err(reason) = render_state() {
+        println!("skipping the panel snapshot: no wgpu adapter ({reason})");
+        return;
+    }
+    let mut harness = panels_harness(40);
+    harness.run();
+    harness.snapshot_options("viewer_panels", &snapshot_options());
+}
+
+#[test]
+fn snapshot_cloud_view() {
+    let rs = match render_state() {
+        Ok(rs) => rs,
+        Err(reason) => {
+            println!("skipping the 3D view snapshot: no wgpu adapter ({reason})");
+            return;
+        }
+    };
+    let results = demo_results(30);
+    let history = demo_history(&results);
+    let mut view = CloudView::new(Some(rs.clone()));
+    for r in &results {
+        view.ingest(r);
+    }
+    assert_eq!(
+        view.book().total_points(),
+        results.iter().map(|r| r.points.len() as u64).sum::<u64>()
+    );
+    view.update_camera(
+        &history,
+        ViewRequests {
+            reset_view: false,
+            top_view: true,
+        },
+    );
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(480.0, 320.0))
+        .with_accessibility_check(false)
+        .renderer(WgpuTestRenderer::from_render_state(rs))
+        .build_ui(move |ui| view.ui(ui, &history));
+    harness.run();
+    harness.snapshot_options("viewer_cloud_top", &snapshot_options());
+}
