@@ -1,0 +1,44 @@
+//! Backend selection never panics: without a GPU (CI) `Auto` falls back to the CPU with the reason
+//! in words and `Cuda` is an error carrying it; with one, `Auto` picks CUDA.
+
+use streamrecon::backend::{Backend, Preference, probe_cuda, select};
+
+#[test]
+fn selection_follows_the_probe() {
+    let cpu = select(Preference::Cpu).expect("the CPU is always available");
+    assert_eq!(cpu.backend, Backend::Cpu);
+    assert!(cpu.cuda_unavailable.is_none());
+
+    match probe_cuda() {
+        Ok(info) => {
+            eprintln!(
+                "CUDA present: {} (sm_{}, {} SMs)",
+                info.name, info.arch, info.sm_count
+            );
+            assert!(info.sm_count > 0);
+            assert_eq!(select(Preference::Auto).unwrap().backend, Backend::Cuda);
+            assert_eq!(select(Preference::Cuda).unwrap().backend, Backend::Cuda);
+        }
+        Err(reason) => {
+            eprintln!("no CUDA here: {reason}");
+            assert!(!reason.is_empty());
+            let auto = select(Preference::Auto).unwrap();
+            assert_eq!(auto.backend, Backend::Cpu);
+            assert_eq!(auto.cuda_unavailable.as_deref(), Some(reason.as_str()));
+            assert_eq!(select(Preference::Cuda).unwrap_err(), reason);
+        }
+    }
+}
+
+#[test]
+fn opening_a_device_without_cuda_is_an_error_not_a_panic() {
+    if probe_cuda().is_ok() {
+        eprintln!("skipped: this machine has CUDA");
+        return;
+    }
+    let err = streamrecon::backend::cuda::CudaDevice::open(0)
+        .err()
+        .expect("no device without CUDA");
+    eprintln!("{err}");
+    assert!(err.to_string().contains("unavailable"));
+}
