@@ -148,11 +148,13 @@ pub fn filter_points(
     let mut passed = 0usize;
     for (i, &conf) in confidence.iter().enumerate() {
         let p = [world_xyz[3 * i], world_xyz[3 * i + 1], world_xyz[3 * i + 2]];
-        if !(conf > filter.min_confidence) || !p.iter().all(|v| v.is_finite()) {
+        // NaN confidence fails the comparison and is dropped too.
+        let confident = conf > filter.min_confidence;
+        if !confident || !p.iter().all(|v| v.is_finite()) {
             continue;
         }
         passed += 1;
-        if (passed - 1) % stride != 0 {
+        if !(passed - 1).is_multiple_of(stride) {
             continue;
         }
         points.xyz.push(p);

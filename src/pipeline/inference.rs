@@ -189,15 +189,15 @@ impl Inference {
         if let Some(s) = self.session.take() {
             self.summary.frames_discarded += s.scale_buffer.len() as u64;
         }
-        if self.pending.keyframes != self.settings.keyframes {
-            if let Err(e) = KeyframeScheduler::new(
+        if self.pending.keyframes != self.settings.keyframes
+            && let Err(e) = KeyframeScheduler::new(
                 self.pending.keyframes,
                 self.limits.scale_frames,
                 self.limits.max_frame_num,
-            ) {
-                self.warn(format!("keyframe policy not applied: {e}"));
-                self.pending.keyframes = self.settings.keyframes;
-            }
+            )
+        {
+            self.warn(format!("keyframe policy not applied: {e}"));
+            self.pending.keyframes = self.settings.keyframes;
         }
         self.settings = self.pending;
         self.outputs.publish(PipelineEvent::SessionReset {
@@ -366,12 +366,12 @@ impl Inference {
                 queued += 1;
             }
             if handle.is_finished() {
-                if let Some(h) = self.capture_thread.take() {
-                    if h.join().is_err() {
-                        self.summary
-                            .errors
-                            .push("the capture thread panicked".into());
-                    }
+                if let Some(h) = self.capture_thread.take()
+                    && h.join().is_err()
+                {
+                    self.summary
+                        .errors
+                        .push("the capture thread panicked".into());
                 }
             } else {
                 std::thread::sleep(std::time::Duration::from_millis(2));

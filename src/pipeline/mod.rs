@@ -194,10 +194,10 @@ impl Pipeline {
     }
 
     fn join_threads(&mut self) {
-        if let Some(h) = self.inference.take() {
-            if h.join().is_err() {
-                tracing::error!("the inference thread panicked");
-            }
+        if let Some(h) = self.inference.take()
+            && h.join().is_err()
+        {
+            tracing::error!("the inference thread panicked");
         }
     }
 }
