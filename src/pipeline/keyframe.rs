@@ -9,7 +9,7 @@
 //! - [`KeyframeRule::Fixed`]: every `interval`-th frame (the reference's rule).
 //! - [`KeyframeRule::Adaptive`]: the interval doubles each time the remaining budget halves,
 //!   so every stage of the stream spends about the same number of frames and the budget lasts
-//!   about `log2(budget) · budget · base / 2` frames (≈ 1250 frames for 320 with base 1).
+//!   about `log2(budget) · budget · base / 2` frames (1460 frames for 320 with base 1).
 //!
 //! When the budget is spent, [`OnBudget`] decides: `Freeze` keeps the map and tracks the
 //! following frames as non-keyframes against it, `Reset` starts a new session. See
@@ -259,7 +259,7 @@ mod tests {
             .iter()
             .rposition(|d| *d == Decision::Keyframe)
             .unwrap();
-        // One doubling per halving: the budget lasts about log2(312)·312/2 ≈ 1290 frames.
+        // One doubling per halving: the budget lasts about log2(312)·312/2 ≈ 1290 frames (1460 exactly).
         assert!(
             (1000..2000).contains(&last_key),
             "last keyframe at {last_key}"
