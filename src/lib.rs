@@ -10,4 +10,5 @@ pub mod cli;
 pub mod kvcache;
 pub mod model;
 pub mod pipeline;
+pub mod record;
 pub mod viewer;

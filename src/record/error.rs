@@ -1,0 +1,57 @@
+//! Errors of the session format: every one names the file and, where there is one, the byte
+//! offset, so a person can find the damage with a hex viewer.
+
+use std::io;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A write (or sync) failed: a full disk, a removed drive. Recording stops here.
+    #[error("{path} at byte {offset}: writing the session failed: {source}")]
+    Write {
+        path: PathBuf,
+        offset: u64,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path}: not a streamrecon session (no session magic at byte 0)")]
+    NotASession { path: PathBuf },
+    #[error("{path}: session format version {found}; this build reads up to version {supported}")]
+    Version {
+        path: PathBuf,
+        found: u16,
+        supported: u16,
+    },
+    /// Damaged bytes: a checksum mismatch or a payload that does not decode.
+    #[error("{path} at byte {offset}: {what}")]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        what: String,
+    },
+    /// Something the writer was given cannot be stored (e.g. an image whose size does not match
+    /// its pixels).
+    #[error("{path}: cannot record frame {frame}: {what}")]
+    Encode {
+        path: PathBuf,
+        frame: u64,
+        what: String,
+    },
+    #[error("{path}: {what}")]
+    Export { path: PathBuf, what: String },
+}
+
+impl RecordError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

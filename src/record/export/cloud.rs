@@ -1,0 +1,61 @@
+//! The session's points as one cloud: every frame's filtered points, with a confidence floor
+//! and optional voxel downsampling, each point remembering its frame.
+
+use crate::record::{RecordError, SessionReader};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CloudOptions {
+    /// Points with confidence below this are left out.
+    pub min_confidence: f32,
+    /// Voxel edge length for downsampling (one point per occupied voxel); `None` keeps all.
+    pub voxel: Option<f32>,
+}
+
+impl Default for CloudOptions {
+    fn default() -> Self {
+        Self {
+            min_confidence: 0.0,
+            voxel: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cloud {
+    pub xyz: Vec<[f32; 3]>,
+    pub rgb: Vec<[u8; 3]>,
+    pub confidence: Vec<f32>,
+    /// Stream frame index of each point.
+    pub frame: Vec<u32>,
+}
+
+impl Cloud {
+    pub fn len(&self) -> usize {
+        self.xyz.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.xyz.is_empty()
+    }
+}
+
+pub fn gather_cloud(reader: &SessionReader, options: CloudOptions) -> Result<Cloud, RecordError> {
+    let mut cloud = Cloud::default();
+    for (i, info) in reader.frames().iter().enumerate() {
+        let points = reader.read_points(i)?;
+        // Frame indices beyond u32 (years of 30 fps) saturate rather than wrap.
+        let frame = u32::try_from(info.frame).unwrap_or(u32::MAX);
+        for k in 0..points.len() {
+            let c = points.confidence[k];
+            if c >= options.min_confidence && points.xyz[k].iter().all(|v| v.is_finite()) {
+                cloud.xyz.push(points.xyz[k]);
+                cloud.rgb.push(points.rgb[k]);
+                cloud.confidence.push(c);
+                cloud.frame.push(frame);
+            }
+        }
+    }
+    Ok(match options.voxel {
+        Some(size) => super::voxel::downsample(&cloud, size),
+        None => cloud,
+    })
+}

@@ -1,0 +1,97 @@
+//! A COLMAP text model: `cameras.txt` (one PINHOLE camera per frame, since the model predicts
+//! intrinsics per frame), `images.txt` (world-to-camera pose as COLMAP stores it: QW QX QY QZ
+//! TX TY TZ, with an empty 2D-point line), `points3D.txt` (no tracks: the points come from
+//! depth, not from matched features), and the frames' JPEGs under `images/`.
+//!
+//! The model's camera is OpenCV-like (x right, y down, z forward), as COLMAP's is; COLMAP puts
+//! the centre of the top-left pixel at (0.5, 0.5) where the model puts it at (0, 0), so the
+//! principal point moves by half a pixel.
+
+use std::io::Write;
+use std::path::Path;
+
+use super::{Cloud, rotation_translation, write_file};
+use crate::record::{RecordError, SessionReader};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ColmapReport {
+    pub images: usize,
+    pub images_without_jpeg: usize,
+    /// Frames with no intrinsics record (damaged): left out of the model.
+    pub frames_skipped: usize,
+    pub points: usize,
+}
+
+/// Name of frame `frame`'s image in `images/`.
+pub fn image_name(frame: u64) -> String {
+    format!("frame_{frame:06}.jpg")
+}
+
+pub fn export_colmap(
+    dir: &Path,
+    reader: &SessionReader,
+    cloud: &Cloud,
+) -> Result<ColmapReport, RecordError> {
+    let images_dir = dir.join("images");
+    std::fs::create_dir_all(&images_dir).map_err(|e| RecordError::io(&images_dir, e))?;
+    let mut report = ColmapReport::default();
+    let mut cameras = String::from(
+        "# Camera list with one line of data per camera:\n\
+         #   CAMERA_ID, MODEL, WIDTH, HEIGHT, PARAMS[]\n",
+    );
+    let mut images = String::from(
+        "# Image list with two lines of data per image:\n\
+         #   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME\n\
+         #   POINTS2D[] as (X, Y, POINT3D_ID)\n",
+    );
+    for (i, info) in reader.frames().iter().enumerate() {
+        let Some(k) = info.intrinsics else {
+            report.frames_skipped += 1;
+            continue;
+        };
+        let id = report.images + 1;
+        cameras.push_str(&format!(
+            "{id} PINHOLE {} {} {} {} {} {}\n",
+            k.width,
+            k.height,
+            k.fx,
+            k.fy,
+            k.cx + 0.5,
+            k.cy + 0.5
+        ));
+        let (q, t) = rotation_translation(&info.camera_from_world);
+        let name = image_name(info.frame);
+        images.push_str(&format!(
+            "{id} {} {} {} {} {} {} {} {id} {name}\n\n",
+            q.w, q.x, q.y, q.z, t.x, t.y, t.z
+        ));
+        match reader.image_jpeg(i)? {
+            Some((_, _, jpeg)) => {
+                let path = images_dir.join(&name);
+                std::fs::write(&path, jpeg).map_err(|e| RecordError::io(&path, e))?;
+            }
+            None => report.images_without_jpeg += 1,
+        }
+        report.images += 1;
+    }
+    write_file(&dir.join("cameras.txt"), |w| {
+        w.write_all(cameras.as_bytes())
+    })?;
+    write_file(&dir.join("images.txt"), |w| w.write_all(images.as_bytes()))?;
+    write_file(&dir.join("points3D.txt"), |w| {
+        writeln!(w, "# 3D point list with one line of data per point:")?;
+        writeln!(
+            w,
+            "#   POINT3D_ID, X, Y, Z, R, G, B, ERROR, TRACK[] as (IMAGE_ID, POINT2D_IDX)"
+        )?;
+        for k in 0..cloud.len() {
+            let [x, y, z] = cloud.xyz[k];
+            let [r, g, b] = cloud.rgb[k];
+            // -1: no reprojection error was computed (COLMAP's own "unknown").
+            writeln!(w, "{} {x} {y} {z} {r} {g} {b} -1", k + 1)?;
+        }
+        Ok(())
+    })?;
+    report.points = cloud.len();
+    Ok(report)
+}

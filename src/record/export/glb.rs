@@ -1,0 +1,241 @@
+//! GLB (binary glTF 2.0): the cloud as one POINTS primitive with COLOR_0, and every camera as a
+//! frustum drawn with LINES. The data stays in the model's world frame (y down, z forward);
+//! the root node turns it half a turn about x so it stands upright in glTF's y-up viewers.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use glam::Vec3;
+use serde_json::{Value, json};
+
+use super::Cloud;
+use crate::record::{RecordError, SessionReader};
+
+const ARRAY_BUFFER: u32 = 34962;
+const ELEMENT_ARRAY_BUFFER: u32 = 34963;
+const FLOAT: u32 = 5126;
+const UNSIGNED_BYTE: u32 = 5121;
+const UNSIGNED_INT: u32 = 5125;
+const MODE_POINTS: u32 = 0;
+const MODE_LINES: u32 = 1;
+
+/// Frustum corners at `depth` for each camera: centre, then four image corners.
+fn frustum_vertices(reader: &SessionReader, depth: f32) -> Vec<Vec3> {
+    let mut out = Vec::with_capacity(reader.frames().len() * 5);
+    for info in reader.frames() {
+        // Without intrinsics (damaged record) a square 90° frustum still shows the pose.
+        let (w, h, fx, fy, cx, cy) = match info.intrinsics {
+            Some(k) if k.fx > 0.0 && k.fy > 0.0 => {
+                (k.width as f32, k.height as f32, k.fx, k.fy, k.cx, k.cy)
+            }
+            _ => (2.0, 2.0, 1.0, 1.0, 1.0, 1.0),
+        };
+        let m = info.world_from_camera;
+        out.push(m.transform_point3(Vec3::ZERO));
+        for (u, v) in [(0.0, 0.0), (w, 0.0), (w, h), (0.0, h)] {
+            let p = Vec3::new((u - cx) / fx * depth, (v - cy) / fy * depth, depth);
+            out.push(m.transform_point3(p));
+        }
+    }
+    out
+}
+
+/// A size for the frustums: 5 % of the scene's extent (cloud and cameras).
+fn default_frustum_depth(reader: &SessionReader, cloud: &Cloud) -> f32 {
+    let mut lo = Vec3::splat(f32::INFINITY);
+    let mut hi = Vec3::splat(f32::NEG_INFINITY);
+    let centres = reader
+        .frames()
+        .iter()
+        .map(|f| f.world_from_camera.transform_point3(Vec3::ZERO));
+    for p in cloud.xyz.iter().map(|p| Vec3::from(*p)).chain(centres) {
+        lo = lo.min(p);
+        hi = hi.max(p);
+    }
+    let extent = (hi - lo).length();
+    if extent.is_finite() && extent > 0.0 {
+        0.05 * extent
+    } else {
+        0.1
+    }
+}
+
+fn bounds(points: impl Iterator<Item = Vec3>) -> (Value, Value) {
+    let mut lo = Vec3::splat(f32::INFINITY);
+    let mut hi = Vec3::splat(f32::NEG_INFINITY);
+    for p in points {
+        lo = lo.min(p);
+        hi = hi.max(p);
+    }
+    (json!([lo.x, lo.y, lo.z]), json!([hi.x, hi.y, hi.z]))
+}
+
+/// Builds the glTF JSON and the binary buffer.
+fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (Value, Vec<u8>) {
+    let mut bin: Vec<u8> = Vec::new();
+    let mut views = Vec::new();
+    let mut accessors = Vec::new();
+    let mut meshes = Vec::new();
+    let mut push_view = |bin: &mut Vec<u8>, data: &[u8], target: u32| -> usize {
+        // Every view starts 4-byte aligned, as vertex attributes require.
+        while !bin.len().is_multiple_of(4) {
+            bin.push(0);
+        }
+        views.push(json!({
+            "buffer": 0, "byteOffset": bin.len(), "byteLength": data.len(), "target": target
+        }));
+        bin.extend_from_slice(data);
+        views.len() - 1
+    };
+
+    if !cloud.is_empty() {
+        let positions: Vec<u8> = cloud
+            .xyz
+            .iter()
+            .flat_map(|p| p.iter().flat_map(|v| v.to_le_bytes()))
+            .collect();
+        // RGBA8: 4 bytes per element keeps the attribute 4-byte aligned (RGB8 would not be).
+        let colours: Vec<u8> = cloud
+            .rgb
+            .iter()
+            .flat_map(|c| [c[0], c[1], c[2], 255])
+            .collect();
+        let pv = push_view(&mut bin, &positions, ARRAY_BUFFER);
+        let cv = push_view(&mut bin, &colours, ARRAY_BUFFER);
+        let (min, max) = bounds(cloud.xyz.iter().map(|p| Vec3::from(*p)));
+        accessors.push(json!({
+            "bufferView": pv, "componentType": FLOAT, "count": cloud.len(), "type": "VEC3",
+            "min": min, "max": max
+        }));
+        accessors.push(json!({
+            "bufferView": cv, "componentType": UNSIGNED_BYTE, "normalized": true,
+            "count": cloud.len(), "type": "VEC4"
+        }));
+        meshes.push(json!({
+            "name": "cloud",
+            "primitives": [{
+                "attributes": { "POSITION": accessors.len() - 2, "COLOR_0": accessors.len() - 1 },
+                "mode": MODE_POINTS
+            }]
+        }));
+    }
+
+    let cameras = reader.frames().len();
+    if cameras > 0 {
+        let depth = frustum_depth.unwrap_or_else(|| default_frustum_depth(reader, cloud));
+        let verts = frustum_vertices(reader, depth);
+        let positions: Vec<u8> = verts
+            .iter()
+            .flat_map(|p| p.to_array().into_iter().flat_map(|v| v.to_le_bytes()))
+            .collect();
+        let mut indices: Vec<u8> = Vec::with_capacity(cameras * 16 * 4);
+        for c in 0..cameras as u32 {
+            let b = c * 5;
+            let pairs = [
+                (0, 1),
+                (0, 2),
+                (0, 3),
+                (0, 4),
+                (1, 2),
+                (2, 3),
+                (3, 4),
+                (4, 1),
+            ];
+            for (i, j) in pairs {
+                indices.extend_from_slice(&(b + i).to_le_bytes());
+                indices.extend_from_slice(&(b + j).to_le_bytes());
+            }
+        }
+        let pv = push_view(&mut bin, &positions, ARRAY_BUFFER);
+        let iv = push_view(&mut bin, &indices, ELEMENT_ARRAY_BUFFER);
+        let (min, max) = bounds(verts.iter().copied());
+        accessors.push(json!({
+            "bufferView": pv, "componentType": FLOAT, "count": verts.len(), "type": "VEC3",
+            "min": min, "max": max
+        }));
+        accessors.push(json!({
+            "bufferView": iv, "componentType": UNSIGNED_INT, "count": cameras * 16,
+            "type": "SCALAR"
+        }));
+        meshes.push(json!({
+            "name": "cameras",
+            "primitives": [{
+                "attributes": { "POSITION": accessors.len() - 2 },
+                "indices": accessors.len() - 1,
+                "mode": MODE_LINES,
+                "material": 0
+            }]
+        }));
+    }
+    while !bin.len().is_multiple_of(4) {
+        bin.push(0);
+    }
+
+    let mesh_nodes: Vec<Value> = meshes
+        .iter()
+        .enumerate()
+        .map(|(i, m)| json!({ "name": m["name"], "mesh": i }))
+        .collect();
+    let children: Vec<usize> = (1..=mesh_nodes.len()).collect();
+    let mut nodes = vec![json!({
+        "name": "session (model frame: y down, z forward)",
+        "rotation": [1.0, 0.0, 0.0, 0.0],
+        "children": children
+    })];
+    nodes.extend(mesh_nodes);
+    let mut gltf = json!({
+        "asset": { "version": "2.0", "generator": "streamrecon export" },
+        "scene": 0,
+        "scenes": [{ "nodes": [0] }],
+        "nodes": nodes,
+        "materials": [{
+            "name": "frustum",
+            "pbrMetallicRoughness": { "baseColorFactor": [1.0, 0.55, 0.0, 1.0] }
+        }],
+        "meshes": meshes,
+        "accessors": accessors,
+        "bufferViews": views,
+    });
+    if !bin.is_empty() {
+        gltf["buffers"] = json!([{ "byteLength": bin.len() }]);
+    }
+    (gltf, bin)
+}
+
+pub fn write_glb(
+    mut w: impl Write,
+    reader: &SessionReader,
+    cloud: &Cloud,
+    frustum_depth: Option<f32>,
+) -> io::Result<()> {
+    let (gltf, bin) = build(reader, cloud, frustum_depth);
+    let mut json = serde_json::to_vec(&gltf).map_err(io::Error::other)?;
+    while json.len() % 4 != 0 {
+        json.push(b' ');
+    }
+    let bin_chunk = if bin.is_empty() { 0 } else { 8 + bin.len() };
+    let total = 12 + 8 + json.len() + bin_chunk;
+    let total = u32::try_from(total)
+        .map_err(|_| io::Error::other("the scene is larger than GLB's 4 GiB limit"))?;
+    w.write_all(b"glTF")?;
+    w.write_all(&2u32.to_le_bytes())?;
+    w.write_all(&total.to_le_bytes())?;
+    w.write_all(&(json.len() as u32).to_le_bytes())?;
+    w.write_all(b"JSON")?;
+    w.write_all(&json)?;
+    if !bin.is_empty() {
+        w.write_all(&(bin.len() as u32).to_le_bytes())?;
+        w.write_all(b"BIN\0")?;
+        w.write_all(&bin)?;
+    }
+    Ok(())
+}
+
+pub fn export_glb(
+    path: &Path,
+    reader: &SessionReader,
+    cloud: &Cloud,
+    frustum_depth: Option<f32>,
+) -> Result<(), RecordError> {
+    super::write_file(path, |w| write_glb(w, reader, cloud, frustum_depth))
+}

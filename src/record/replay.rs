@@ -1,0 +1,143 @@
+//! Plays a recorded session back at its recorded pace (or faster, or slower): which frame is
+//! due when, with pause, speed and restart. The caller owns the loop and the sleeping, so the
+//! same player drives the viewer window and the headless summary.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::pipeline::FrameResult;
+use crate::record::{Parts, RecordError, SessionReader};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReplayOptions {
+    /// 1.0 is the recorded pace, 2.0 twice as fast; 0 (or less) plays as fast as possible.
+    pub speed: f64,
+    /// Stream frame indices to start and stop at (inclusive).
+    pub from_frame: Option<u64>,
+    pub to_frame: Option<u64>,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        Self {
+            speed: 1.0,
+            from_frame: None,
+            to_frame: None,
+        }
+    }
+}
+
+pub struct Player {
+    reader: Arc<SessionReader>,
+    /// Indices into `reader.frames()` to play, in order.
+    order: Vec<usize>,
+    pos: usize,
+    speed: f64,
+    /// The wall-clock instant at which the recorded time `t_origin` is due.
+    clock_origin: Instant,
+    t_origin: f64,
+    paused_at: Option<Instant>,
+}
+
+impl Player {
+    pub fn new(reader: Arc<SessionReader>, options: ReplayOptions, now: Instant) -> Self {
+        let order: Vec<usize> = reader
+            .frames()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| options.from_frame.is_none_or(|a| f.frame >= a))
+            .filter(|(_, f)| options.to_frame.is_none_or(|b| f.frame <= b))
+            .map(|(i, _)| i)
+            .collect();
+        let mut p = Self {
+            reader,
+            order,
+            pos: 0,
+            speed: options.speed,
+            clock_origin: now,
+            t_origin: 0.0,
+            paused_at: None,
+        };
+        p.restart(now);
+        p
+    }
+
+    pub fn reader(&self) -> &SessionReader {
+        &self.reader
+    }
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+    /// Frames played so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+    pub fn is_finished(&self) -> bool {
+        self.pos >= self.order.len()
+    }
+    pub fn is_paused(&self) -> bool {
+        self.paused_at.is_some()
+    }
+
+    fn t_of(&self, pos: usize) -> f64 {
+        let t = self
+            .order
+            .get(pos)
+            .map(|&i| self.reader.frames()[i].t_s)
+            .unwrap_or(0.0);
+        if t.is_finite() { t } else { 0.0 }
+    }
+
+    /// Back to the first frame, due now.
+    pub fn restart(&mut self, now: Instant) {
+        self.pos = 0;
+        self.t_origin = self.t_of(0);
+        self.clock_origin = now;
+        if self.paused_at.is_some() {
+            self.paused_at = Some(now);
+        }
+    }
+
+    pub fn pause(&mut self, now: Instant) {
+        self.paused_at.get_or_insert(now);
+    }
+
+    pub fn resume(&mut self, now: Instant) {
+        if let Some(at) = self.paused_at.take() {
+            // The pause does not count as recorded time.
+            self.clock_origin += now.saturating_duration_since(at);
+        }
+    }
+
+    /// Changes speed from the current position on (no jump).
+    pub fn set_speed(&mut self, speed: f64, now: Instant) {
+        self.t_origin = self.t_of(self.pos);
+        self.clock_origin = self.paused_at.unwrap_or(now);
+        self.speed = speed;
+    }
+
+    /// How long until the next frame is due: `None` when finished or paused.
+    pub fn wait(&self, now: Instant) -> Option<Duration> {
+        if self.is_finished() || self.is_paused() {
+            return None;
+        }
+        // NaN or non-positive: as fast as possible.
+        if self.speed.is_nan() || self.speed <= 0.0 {
+            return Some(Duration::ZERO);
+        }
+        let due_s = (self.t_of(self.pos) - self.t_origin).max(0.0) / self.speed;
+        let due = self.clock_origin + Duration::from_secs_f64(due_s);
+        Some(due.saturating_duration_since(now))
+    }
+
+    /// Reads the next frame (whether or not it is due yet) and moves past it. A frame that
+    /// fails to decode is returned as the error; the player still moves on.
+    pub fn next_frame(&mut self, parts: Parts) -> Option<Result<Arc<FrameResult>, RecordError>> {
+        let &i = self.order.get(self.pos)?;
+        self.pos += 1;
+        Some(self.reader.read_frame(i, parts).map(Arc::new))
+    }
+}
