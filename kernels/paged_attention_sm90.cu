@@ -140,9 +140,11 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
     if (kv_end > kv_len) kv_end = kv_len;
     const u32 n_tiles = (kv_end - kv_begin + BN_WIDE - 1) / BN_WIDE;
 
-    const u64 tok_stride = (u64)heads * HEAD_DIM;
-    const u64 v_offset = (u64)page_size * tok_stride;
-    const u64 page_stride = 2 * v_offset;
+    // 32-bit strides (the host checks that a page, K and V, has fewer than 2^32 elements): the
+    // kernel is at its register cap, and 64-bit constants cost two registers each.
+    const u32 tok_stride = heads * HEAD_DIM;
+    const u32 v_offset = page_size * tok_stride;
+    const u32 page_stride = 2 * v_offset;
 
 #pragma unroll
     for (int i = 0; i < (int)((kBlockM * ROW_CHUNKS) / kThreads); ++i) {
@@ -155,16 +157,15 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
     }
     const u32 ld_col = tid & 7;
     const u32 ld_row = tid >> 3;
-    u32 cursor[kLoadRows];
-#pragma unroll
-    for (int i = 0; i < kLoadRows; ++i) {
-        u32 t = kv_begin + ld_row + kRowStep * i;
-        cursor[i] = find_page(cum, n_pages, t < kv_len ? t : kv_len - 1);
-    }
+    // One page cursor per thread, for its first row of the tile; its other rows lie further on,
+    // so their pages are found by walking forward from it (fewer live registers than a cursor
+    // per row).
+    u32 cursor = find_page(cum, n_pages, kv_begin + ld_row < kv_len ? kv_begin + ld_row : kv_len - 1);
     auto load_kv = [&](u32 tile, u32 stage) {
         u16* sk = skv + stage * (2 * BN_WIDE * HEAD_DIM);
         u16* sv = sk + BN_WIDE * HEAD_DIM;
         u32 t0 = kv_begin + tile * BN_WIDE;
+        u32 p = cursor;
 #pragma unroll
         for (int i = 0; i < kLoadRows; ++i) {
             u32 r = ld_row + kRowStep * i;
@@ -172,12 +173,11 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
             bool ok = t < kv_end;
             const u16* src = pool;
             if (ok) {
-                u32 p = cursor[i];
                 while (__ldg(cum + p + 1) <= t) ++p;
-                cursor[i] = p;
+                if (i == 0) cursor = p;
                 u32 slot = t - __ldg(cum + p);
                 u64 page = __ldg(indices + p);
-                src = pool + page * page_stride + slot * tok_stride + (u64)h * HEAD_DIM + ld_col * 8;
+                src = pool + page * page_stride + (slot * tok_stride + h * HEAD_DIM + ld_col * 8);
             }
             u32 off = swz(r, ld_col) * 8;
             cp_async_16(smem_addr(sk + off), src, ok);

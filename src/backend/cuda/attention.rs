@@ -181,6 +181,13 @@ pub fn paged_attention(
         dev.stream.memset_zeros(out)?;
         return Ok(0);
     }
+    // The wgmma kernel indexes within a page (K and V) with 32-bit offsets.
+    if 2 * kv.page_size as u64 * (heads * HEAD_DIM) as u64 >= 1 << 32 {
+        return Err(CudaError::Invalid(format!(
+            "a page of {} tokens x {heads} heads exceeds 2^32 elements",
+            kv.page_size
+        )));
+    }
     let q_tiles = lq.div_ceil(kernel.block_m());
     let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
     let wanted = opts
