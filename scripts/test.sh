@@ -6,6 +6,11 @@ cd "$(dirname "$0")/.."
 bash scripts/system-deps.sh
 # shellcheck source=/dev/null
 source scripts/cuda-env.sh
+# Where the shared fixtures are present (a checkout beside shared/, as in CI), the parity tests
+# must run against them: a missing fixture then fails instead of skipping.
+if [ -d ../shared/fixtures ]; then
+  export STREAMRECON_REQUIRE_FIXTURES=1
+fi
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked
