@@ -473,3 +473,45 @@ fn pause_holds_back_frames_until_resume() {
     pipeline.join();
     assert_eq!(before_resume + seen.results.len(), 8);
 }
+
+#[test]
+fn a_stalled_viewer_loses_frames_but_not_events_and_never_blocks() {
+    let folder = ImageFolder::open(Path::new(COURTHOUSE), CorruptFilePolicy::Skip).unwrap();
+    let mut outputs = Outputs::default();
+    let recorder = outputs.subscribe(Delivery::Lossless, 2);
+    // The viewer never reads until the end.
+    let viewer = outputs.subscribe(Delivery::Latest, 3);
+    let pipeline = Pipeline::start(
+        Box::new(folder),
+        tiny_model(),
+        PipelineConfig {
+            max_frames: Some(10),
+            ..PipelineConfig::default()
+        },
+        outputs,
+    )
+    .unwrap();
+    let control = pipeline.control();
+    let recorded = consume(&recorder, |e, _| {
+        if matches!(e, PipelineEvent::InputEnded) {
+            let _ = control.send(Control::Stop);
+        }
+    });
+    pipeline.join();
+    assert_eq!(
+        recorded.results.len(),
+        10,
+        "the lossless consumer has every frame"
+    );
+    let viewed = consume(&viewer, |_, _| {});
+    assert_eq!(
+        viewed.results.len(),
+        3,
+        "the viewer kept only what its queue holds"
+    );
+    assert!(
+        viewed.input_ended,
+        "non-frame events still reach the viewer"
+    );
+    assert!(viewed.summary.is_some());
+}

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 
 use crate::attention::AttentionLayout;
 
@@ -59,14 +59,15 @@ pub enum PipelineEvent {
 pub enum Delivery {
     /// Every event; inference waits when the consumer falls behind (the recorder).
     Lossless,
-    /// Frame results are dropped when the consumer's queue is full (the viewer); other
-    /// events are always delivered.
+    /// Frame results are dropped while `capacity` of them wait in the consumer's queue (the
+    /// viewer); other events are always delivered and never make inference wait.
     Latest,
 }
 
 pub(crate) struct Subscriber {
     sender: Sender<PipelineEvent>,
     delivery: Delivery,
+    capacity: usize,
 }
 
 /// The consumers of a pipeline, set up before it starts.
@@ -78,8 +79,18 @@ pub struct Outputs {
 impl Outputs {
     /// A new consumer with a queue of `capacity` events.
     pub fn subscribe(&mut self, delivery: Delivery, capacity: usize) -> Receiver<PipelineEvent> {
-        let (sender, receiver) = bounded(capacity.max(1));
-        self.subscribers.push(Subscriber { sender, delivery });
+        let capacity = capacity.max(1);
+        // A `Latest` queue is unbounded so that rare non-frame events never block; frames
+        // are held to `capacity` by `publish`.
+        let (sender, receiver) = match delivery {
+            Delivery::Lossless => bounded(capacity),
+            Delivery::Latest => unbounded(),
+        };
+        self.subscribers.push(Subscriber {
+            sender,
+            delivery,
+            capacity,
+        });
         receiver
     }
 
@@ -87,10 +98,9 @@ impl Outputs {
     pub(crate) fn publish(&mut self, event: PipelineEvent) {
         let is_frame = matches!(event, PipelineEvent::Frame(_));
         self.subscribers.retain(|s| match (s.delivery, is_frame) {
-            (Delivery::Latest, true) => match s.sender.try_send(event.clone()) {
-                Ok(()) | Err(TrySendError::Full(_)) => true,
-                Err(TrySendError::Disconnected(_)) => false,
-            },
+            // Counting every queued event (not only frames) errs on the side of dropping. A
+            // consumer that hung up is noticed at the next event that is sent.
+            (Delivery::Latest, true) if s.sender.len() >= s.capacity => true,
             _ => s.sender.send(event.clone()).is_ok(),
         });
     }
