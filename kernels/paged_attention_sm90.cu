@@ -195,6 +195,8 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
     float o_acc[32];
     float s[64];
 #pragma unroll
+    for (int i = 0; i < 64; ++i) s[i] = 0.f;
+#pragma unroll
     for (int i = 0; i < 32; ++i) o_acc[i] = 0.f;
     float row_max[2] = {NEG_INF, NEG_INF};
     float row_sum[2] = {0.f, 0.f};
@@ -216,8 +218,8 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
         const u32 sk = smem_addr(skv + stage * (2 * BN_WIDE * HEAD_DIM));
         const u32 sv = sk + kTileBytes;
 
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        // The first k-step overwrites S (scale-d = 0); s was zeroed once before the loop so that
+        // the asynchronous MMA never reads undefined registers.
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc)
