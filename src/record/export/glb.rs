@@ -177,26 +177,32 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
         .map(|(i, m)| json!({ "name": m["name"], "mesh": i }))
         .collect();
     let children: Vec<usize> = (1..=mesh_nodes.len()).collect();
-    let mut nodes = vec![json!({
+    let mut root = json!({
         "name": "session (model frame: y down, z forward)",
-        "rotation": [1.0, 0.0, 0.0, 0.0],
-        "children": children
-    })];
+        "rotation": [1.0, 0.0, 0.0, 0.0]
+    });
+    // glTF forbids empty arrays: an empty session is a scene with one empty node.
+    if !children.is_empty() {
+        root["children"] = json!(children);
+    }
+    let mut nodes = vec![root];
     nodes.extend(mesh_nodes);
     let mut gltf = json!({
         "asset": { "version": "2.0", "generator": "streamrecon export" },
         "scene": 0,
         "scenes": [{ "nodes": [0] }],
         "nodes": nodes,
-        "materials": [{
+    });
+    if cameras > 0 {
+        gltf["materials"] = json!([{
             "name": "frustum",
             "pbrMetallicRoughness": { "baseColorFactor": [1.0, 0.55, 0.0, 1.0] }
-        }],
-        "meshes": meshes,
-        "accessors": accessors,
-        "bufferViews": views,
-    });
-    if !bin.is_empty() {
+        }]);
+    }
+    if !meshes.is_empty() {
+        gltf["meshes"] = json!(meshes);
+        gltf["accessors"] = json!(accessors);
+        gltf["bufferViews"] = json!(views);
         gltf["buffers"] = json!([{ "byteLength": bin.len() }]);
     }
     (gltf, bin)

@@ -1,0 +1,300 @@
+//! Exporters, each checked by a reader that shares no code with the writer: ply-rs for PLY,
+//! the gltf crate for GLB, and parsers written here from the TUM and COLMAP text specs.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use glam::{Mat4, Quat, Vec3};
+use streamrecon::pipeline::FrameResult;
+use streamrecon::record::export::{CloudOptions, colmap, gather_cloud, glb, ply, tum};
+use streamrecon::record::sample::sample_result;
+use streamrecon::record::{SessionReader, SessionWriter};
+
+const MIN_CONF: f32 = 2.0;
+
+fn session(frames: u64) -> (SessionReader, Vec<FrameResult>) {
+    let mut w = SessionWriter::new(Vec::new(), "export.srec", &serde_json::json!({})).unwrap();
+    let results: Vec<FrameResult> = (0..frames).map(|i| sample_result(i, 16, 12, 50)).collect();
+    for (i, r) in results.iter().enumerate() {
+        w.write_frame(r, 0.25 * i as f64).unwrap();
+    }
+    let reader = SessionReader::from_bytes("export.srec", w.finish().unwrap()).unwrap();
+    (reader, results)
+}
+
+/// (xyz, rgb, confidence, frame) of every point at or above the threshold, in session order.
+type Point = ([f32; 3], [u8; 3], f32, u32);
+
+fn expected_points(results: &[FrameResult]) -> Vec<Point> {
+    let mut out = Vec::new();
+    for r in results {
+        for k in 0..r.points.len() {
+            if r.points.confidence[k] >= MIN_CONF {
+                out.push((
+                    r.points.xyz[k],
+                    r.points.rgb[k],
+                    r.points.confidence[k],
+                    r.frame as u32,
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn options() -> CloudOptions {
+    CloudOptions {
+        min_confidence: MIN_CONF,
+        voxel: None,
+    }
+}
+
+#[test]
+fn ply_reads_back_with_ply_rs() {
+    use ply_rs::ply::{DefaultElement, Encoding, Property};
+    let (reader, results) = session(4);
+    let cloud = gather_cloud(&reader, options()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cloud.ply");
+    ply::export_ply(&path, &cloud).unwrap();
+
+    let mut f = std::io::BufReader::new(std::fs::File::open(&path).unwrap());
+    let parsed = ply_rs::parser::Parser::<DefaultElement>::new()
+        .read_ply(&mut f)
+        .unwrap();
+    assert_eq!(parsed.header.encoding, Encoding::BinaryLittleEndian);
+    let names: Vec<&String> = parsed.header.elements["vertex"].properties.keys().collect();
+    assert_eq!(
+        names,
+        ["x", "y", "z", "red", "green", "blue", "confidence", "frame"]
+    );
+    let want = expected_points(&results);
+    let got = &parsed.payload["vertex"];
+    assert!(want.len() > 20 && want.len() < 200, "{}", want.len());
+    assert_eq!(got.len(), want.len());
+    for (v, (xyz, rgb, conf, frame)) in got.iter().zip(&want) {
+        let float = |k: &str| match v[k] {
+            Property::Float(x) => x,
+            ref other => panic!("{k}: {other:?}"),
+        };
+        let uchar = |k: &str| match v[k] {
+            Property::UChar(x) => x,
+            ref other => panic!("{k}: {other:?}"),
+        };
+        assert_eq!([float("x"), float("y"), float("z")], *xyz);
+        assert_eq!([uchar("red"), uchar("green"), uchar("blue")], *rgb);
+        assert_eq!(float("confidence"), *conf);
+        assert_eq!(v["frame"], Property::UInt(*frame));
+    }
+}
+
+#[test]
+fn voxel_downsampling_keeps_one_point_per_occupied_voxel() {
+    let (reader, results) = session(4);
+    let size = 0.5f32;
+    let cloud = gather_cloud(
+        &reader,
+        CloudOptions {
+            min_confidence: MIN_CONF,
+            voxel: Some(size),
+        },
+    )
+    .unwrap();
+    let key = |p: [f32; 3]| p.map(|v| (v / size).floor() as i64);
+    let want = expected_points(&results);
+    let voxels: HashSet<[i64; 3]> = want.iter().map(|p| key(p.0)).collect();
+    assert!(voxels.len() < want.len(), "the test needs shared voxels");
+    assert_eq!(cloud.len(), voxels.len());
+    let got: HashSet<[i64; 3]> = cloud.xyz.iter().map(|p| key(*p)).collect();
+    // A mean of points in a voxel lies in that voxel.
+    assert_eq!(got, voxels);
+    for k in 0..cloud.len() {
+        assert!(cloud.confidence[k] >= MIN_CONF);
+    }
+}
+
+#[test]
+fn tum_trajectory_is_camera_to_world() {
+    let (reader, results) = session(5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("traj.txt");
+    assert_eq!(tum::export_tum(&path, &reader).unwrap(), 5);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let rows: Vec<Vec<f64>> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 5);
+    for (i, (row, r)) in rows.iter().zip(&results).enumerate() {
+        assert_eq!(row.len(), 8);
+        assert!((row[0] - 0.25 * i as f64).abs() < 1e-6);
+        let t = Vec3::new(row[1] as f32, row[2] as f32, row[3] as f32);
+        let q = Quat::from_xyzw(row[4] as f32, row[5] as f32, row[6] as f32, row[7] as f32);
+        assert!((q.length() - 1.0).abs() < 1e-5);
+        let pose = Mat4::from_rotation_translation(q, t);
+        assert!(
+            pose.abs_diff_eq(r.world_from_camera, 1e-5),
+            "frame {i}: {pose} vs {}",
+            r.world_from_camera
+        );
+    }
+}
+
+/// Rotation matrix of a unit quaternion (w, x, y, z), written out (COLMAP's convention).
+fn rotation(w: f64, x: f64, y: f64, z: f64) -> [[f64; 3]; 3] {
+    [
+        [
+            1.0 - 2.0 * (y * y + z * z),
+            2.0 * (x * y - w * z),
+            2.0 * (x * z + w * y),
+        ],
+        [
+            2.0 * (x * y + w * z),
+            1.0 - 2.0 * (x * x + z * z),
+            2.0 * (y * z - w * x),
+        ],
+        [
+            2.0 * (x * z - w * y),
+            2.0 * (y * z + w * x),
+            1.0 - 2.0 * (x * x + y * y),
+        ],
+    ]
+}
+
+fn data_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn colmap_text_model_projects_like_the_session() {
+    let (reader, results) = session(3);
+    let cloud = gather_cloud(&reader, options()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("colmap");
+    let report = colmap::export_colmap(&out, &reader, &cloud).unwrap();
+    assert_eq!(report.images, 3);
+
+    let cameras: Vec<Vec<String>> = data_lines(&out.join("cameras.txt"))
+        .iter()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(cameras.len(), 3);
+    // images.txt: an image line, then its (here empty) 2D points line.
+    let image_lines = data_lines(&out.join("images.txt"));
+    assert_eq!(image_lines.len(), 6, "{image_lines:?}");
+    for (i, r) in results.iter().enumerate() {
+        let cam = &cameras[i];
+        assert_eq!(cam[1], "PINHOLE");
+        let num = |k: usize| cam[k].parse::<f64>().unwrap();
+        assert_eq!(num(2) as u32, r.intrinsics.width);
+        assert_eq!(num(3) as u32, r.intrinsics.height);
+        let (fx, fy, cx, cy) = (num(4), num(5), num(6), num(7));
+
+        let img: Vec<&str> = image_lines[2 * i].split_whitespace().collect();
+        assert!(image_lines[2 * i + 1].trim().is_empty());
+        assert_eq!(img[8], cam[0], "camera id");
+        let v = |k: usize| img[k].parse::<f64>().unwrap();
+        let rot = rotation(v(1), v(2), v(3), v(4));
+        let t = [v(5), v(6), v(7)];
+        // Project a world point through COLMAP's model and through the session's own pose:
+        // the pixel must agree once COLMAP's half-pixel centre convention is accounted for.
+        let world = [0.3f64, -0.2, 1.5];
+        let cam_pt: Vec<f64> = (0..3)
+            .map(|row| (0..3).map(|c| rot[row][c] * world[c]).sum::<f64>() + t[row])
+            .collect();
+        let u_colmap = fx * cam_pt[0] / cam_pt[2] + cx;
+        let v_colmap = fy * cam_pt[1] / cam_pt[2] + cy;
+        let p = r
+            .camera_from_world
+            .transform_point3(Vec3::new(0.3, -0.2, 1.5));
+        let k = r.intrinsics;
+        let u_model = (k.fx * p.x / p.z + k.cx) as f64;
+        let v_model = (k.fy * p.y / p.z + k.cy) as f64;
+        assert!(
+            (u_colmap - (u_model + 0.5)).abs() < 1e-3,
+            "{u_colmap} {u_model}"
+        );
+        assert!(
+            (v_colmap - (v_model + 0.5)).abs() < 1e-3,
+            "{v_colmap} {v_model}"
+        );
+        // The image file is there and is the frame.
+        let jpeg = image::open(out.join("images").join(img[9])).unwrap();
+        assert_eq!(jpeg.width(), r.image.width);
+    }
+    let points: Vec<Vec<f64>> = data_lines(&out.join("points3D.txt"))
+        .iter()
+        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
+        .collect();
+    let want = expected_points(&results);
+    assert_eq!(points.len(), want.len());
+    for (row, (xyz, rgb, _, _)) in points.iter().zip(&want) {
+        assert_eq!(row.len(), 8, "id x y z r g b error, no track");
+        for d in 0..3 {
+            assert_eq!(row[1 + d] as f32, xyz[d]);
+            assert_eq!(row[4 + d] as u8, rgb[d]);
+        }
+    }
+}
+
+#[test]
+fn glb_reads_back_with_the_gltf_crate() {
+    use gltf::mesh::Mode;
+    let (reader, results) = session(3);
+    let cloud = gather_cloud(&reader, options()).unwrap();
+    let mut bytes = Vec::new();
+    glb::write_glb(&mut bytes, &reader, &cloud, Some(0.2)).unwrap();
+    let parsed = gltf::Gltf::from_slice(&bytes).unwrap();
+    let blob = parsed.blob.clone().expect("a BIN chunk");
+    let want = expected_points(&results);
+    let mut saw = (false, false);
+    for mesh in parsed.document.meshes() {
+        for prim in mesh.primitives() {
+            let read = prim.reader(|_| Some(&blob));
+            let positions: Vec<[f32; 3]> = read.read_positions().unwrap().collect();
+            match prim.mode() {
+                Mode::Points => {
+                    saw.0 = true;
+                    let colours: Vec<[u8; 4]> =
+                        read.read_colors(0).unwrap().into_rgba_u8().collect();
+                    assert_eq!(positions.len(), want.len());
+                    for ((p, c), (xyz, rgb, _, _)) in positions.iter().zip(&colours).zip(&want) {
+                        assert_eq!(p, xyz);
+                        assert_eq!(&c[..3], rgb);
+                    }
+                }
+                Mode::Lines => {
+                    saw.1 = true;
+                    let indices: Vec<u32> = read.read_indices().unwrap().into_u32().collect();
+                    assert_eq!(indices.len(), 16 * results.len());
+                    assert_eq!(positions.len(), 5 * results.len());
+                    for (i, r) in results.iter().enumerate() {
+                        let centre = Vec3::from(positions[5 * i]);
+                        assert!(centre.abs_diff_eq(r.camera_position(), 1e-5));
+                        // Corners sit 0.2 in front of the camera, along its z.
+                        let corner = r
+                            .camera_from_world
+                            .transform_point3(positions[5 * i + 1].into());
+                        assert!((corner.z - 0.2).abs() < 1e-4, "{corner}");
+                    }
+                }
+                other => panic!("unexpected primitive mode {other:?}"),
+            }
+        }
+    }
+    assert_eq!(saw, (true, true));
+    // An empty session is still a valid file.
+    let mut w = SessionWriter::new(Vec::new(), "e", &serde_json::json!({})).unwrap();
+    w.flush().unwrap();
+    let empty = SessionReader::from_bytes("e", w.finish().unwrap()).unwrap();
+    let mut bytes = Vec::new();
+    glb::write_glb(&mut bytes, &empty, &Default::default(), None).unwrap();
+    gltf::Gltf::from_slice(&bytes).unwrap();
+}
