@@ -25,7 +25,9 @@ use crate::pipeline::{
     PipelineConfig, PipelineEvent, PointFilter,
 };
 use crate::viewer::demo::{DemoConfig, DemoStream};
-use crate::viewer::{ExitPlan, ViewerControl, ViewerEvent, ViewerOptions, run_viewer};
+use crate::viewer::{
+    ExitPlan, StreamSettings, ViewerControl, ViewerEvent, ViewerOptions, run_viewer,
+};
 
 /// Events queued between the feeder and the window; the pipeline drops frames (for the viewer
 /// only) when the window falls behind.
@@ -76,6 +78,16 @@ pub struct ViewArgs {
     /// Frames per second of `--input demo`.
     #[arg(long, default_value_t = 30.0)]
     pub demo_fps: f64,
+    /// Image size of `--input demo`, `WIDTHxHEIGHT` (every pixel is a point: 640x480 makes
+    /// 300 k points a frame, for load tests of the 3D view).
+    #[arg(long, default_value = "96x72")]
+    pub demo_size: String,
+    /// Frames `--input demo` produces before it ends (default: endless).
+    #[arg(long, value_name = "N")]
+    pub demo_frames: Option<u64>,
+    /// Most point sprites the 3D view draws per repaint; above it every n-th point is drawn.
+    #[arg(long)]
+    pub point_budget: Option<u64>,
 }
 
 pub fn run(args: ViewArgs) -> anyhow::Result<()> {
@@ -96,8 +108,15 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
             if !(fps.is_finite() && fps > 0.0) {
                 bail!("--demo-fps must be a positive number, got {fps}");
             }
+            let (width, height) = parse_size(&args.demo_size)?;
+            let demo_frames = args.demo_frames;
+            let demo = DemoConfig {
+                width,
+                height,
+                ..DemoConfig::default()
+            };
             spawn_feeder("demo-source", move || {
-                feed_demo(&events_tx, &control_rx, fps)
+                feed_demo(&events_tx, &control_rx, fps, demo, demo_frames)
             })?;
             "demo: synthetic room, simulated cache (no model)".to_string()
         }
@@ -125,14 +144,18 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
             screenshot: args.screenshot.clone(),
         },
         recording_available: false,
+        point_budget: args.point_budget,
     };
     let report = run_viewer(events_rx, Some(control_tx), options).context("running the viewer")?;
     eprintln!(
-        "viewer: {} frames processed, {} repaints in {:.1} s ({:.1} FPS mean), {} points on the GPU",
+        "viewer: {} frames processed, {} repaints in {:.1} s ({:.1} FPS mean); at the end \
+         {:.2} FPS drawing {} of {} points on the GPU",
         report.frames_processed,
         report.repaints,
         report.seconds,
         report.mean_fps(),
+        report.fps_at_end,
+        report.sprites_drawn,
         report.points_on_gpu
     );
     if let Some(error) = report.error {
@@ -148,6 +171,16 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
+    let parsed = s
+        .split_once(['x', 'X'])
+        .and_then(|(w, h)| Some((w.trim().parse().ok()?, h.trim().parse().ok()?)));
+    match parsed {
+        Some((w, h)) if w > 0 && h > 0 => Ok((w, h)),
+        _ => bail!("`{s}`: expected WIDTHxHEIGHT, both positive"),
+    }
 }
 
 fn spawn_feeder(name: &str, body: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
@@ -277,6 +310,8 @@ fn feed_pipeline(
         let _ = viewer.send(ViewerEvent::Notice(notice));
     }
     let _ = viewer.send(ViewerEvent::Status(model.describe()));
+    let window = config.window.unwrap_or(model.limits().default_window);
+    let paged = config.layout == AttentionLayout::Paged;
     let mut outputs = Outputs::default();
     let events = outputs.subscribe(Delivery::Latest, 4);
     let pipeline = match Pipeline::start(source, model, config, outputs) {
@@ -289,6 +324,15 @@ fn feed_pipeline(
         }
     };
     let mut policy = pipeline.keyframe_policy();
+    let keyframe_interval = match policy.rule {
+        KeyframeRule::Fixed { interval } => Some(interval),
+        KeyframeRule::Adaptive { .. } => None,
+    };
+    let _ = viewer.send(ViewerEvent::Settings(StreamSettings {
+        paged,
+        sliding_window: window,
+        keyframe_interval,
+    }));
     loop {
         select! {
             recv(events) -> event => {
@@ -353,10 +397,22 @@ fn to_pipeline(control: ViewerControl, policy: &mut KeyframePolicy) -> Vec<Contr
 }
 
 /// The demo stream at `fps`, obeying pause and reset, until the window closes.
-fn feed_demo(viewer: &Sender<ViewerEvent>, controls: &Receiver<ViewerControl>, fps: f64) {
+fn feed_demo(
+    viewer: &Sender<ViewerEvent>,
+    controls: &Receiver<ViewerControl>,
+    fps: f64,
+    config: DemoConfig,
+    frames: Option<u64>,
+) {
     let period = Duration::from_secs_f64(1.0 / fps);
-    let mut stream = DemoStream::new(DemoConfig::default());
+    let mut stream = DemoStream::new(config);
+    let _ = viewer.send(ViewerEvent::Settings(StreamSettings {
+        paged: true,
+        sliding_window: config.sliding_window,
+        keyframe_interval: Some(config.keyframe_interval),
+    }));
     let mut paused = false;
+    let mut sent = 0u64;
     loop {
         let deadline = std::time::Instant::now() + period;
         while let Ok(control) = controls.recv_deadline(deadline) {
@@ -374,6 +430,13 @@ fn feed_demo(viewer: &Sender<ViewerEvent>, controls: &Receiver<ViewerControl>, f
         if paused {
             continue;
         }
+        if frames.is_some_and(|n| sent >= n) {
+            let _ = viewer.send(ViewerEvent::InputEnded);
+            // Stay until the window closes, still answering controls (nothing to do).
+            while controls.recv().is_ok() {}
+            return;
+        }
+        sent += 1;
         if viewer
             .send(ViewerEvent::Frame(Arc::new(stream.next_result())))
             .is_err()

@@ -19,8 +19,11 @@ use crate::pipeline::FrameResult;
 
 /// Results ingested per repaint at most, so a burst from a file source cannot stall the UI.
 const MAX_RESULTS_PER_REPAINT: usize = 32;
+/// Points uploaded per repaint at most (about 50 MB), for the same reason.
+const MAX_POINTS_PER_REPAINT: u64 = 2_000_000;
 /// Repaints between the last needed frame arriving and the screenshot, so it is on screen.
-const SETTLE_REPAINTS: u32 = 3;
+/// Also the repaints the closing frame-rate figure covers with every point loaded.
+const SETTLE_REPAINTS: u32 = 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ViewerError {
@@ -48,6 +51,8 @@ pub struct ViewerOptions {
     pub exit: ExitPlan,
     /// Recording is offered only when something records.
     pub recording_available: bool,
+    /// Most point sprites drawn per repaint (`None`: the default budget).
+    pub point_budget: Option<u64>,
 }
 
 /// What a run of the viewer did, for the command line to print.
@@ -57,6 +62,10 @@ pub struct ViewerReport {
     pub repaints: u64,
     pub seconds: f64,
     pub points_on_gpu: u64,
+    /// Frame rate over the last repaints before closing (all points loaded).
+    pub fps_at_end: f64,
+    /// Sprites drawn per repaint at the end (after the point budget).
+    pub sprites_drawn: u64,
     pub screenshot: Option<PathBuf>,
     pub error: Option<String>,
 }
@@ -122,13 +131,17 @@ impl ViewerApp {
                 .then(|| "recording arrives with the recorder".to_string()),
             ..ControlState::default()
         };
+        let mut cloud = CloudView::new(render_state);
+        if let Some(budget) = options.point_budget {
+            cloud.settings.point_budget = budget;
+        }
         Self {
             events,
             control,
             options,
             status: None,
             history: StreamHistory::default(),
-            cloud: CloudView::new(render_state),
+            cloud,
             thumbnails: InputThumbnails::default(),
             controls,
             fps: FpsMeter::default(),
@@ -147,7 +160,12 @@ impl ViewerApp {
 
     /// Takes what arrived on the channel (bounded per repaint).
     pub fn drain_events(&mut self) {
+        let points_before = self.cloud.book().total_points();
         for _ in 0..MAX_RESULTS_PER_REPAINT {
+            if self.cloud.book().total_points() - points_before >= MAX_POINTS_PER_REPAINT {
+                // The rest waits for the next repaint (upload cost bounds the frame time).
+                break;
+            }
             match self.events.try_recv() {
                 Ok(event) => self.handle_event(event),
                 Err(TryRecvError::Empty) => break,
@@ -169,6 +187,13 @@ impl ViewerApp {
             }
             ViewerEvent::Status(status) => self.status = Some(status),
             ViewerEvent::Paused(paused) => self.controls.paused = paused,
+            ViewerEvent::Settings(settings) => {
+                self.controls.paged = settings.paged;
+                self.controls.sliding_window = settings.sliding_window;
+                if let Some(interval) = settings.keyframe_interval {
+                    self.controls.keyframe_interval = u32::try_from(interval).unwrap_or(u32::MAX);
+                }
+            }
             ViewerEvent::SessionReset(reason) => {
                 self.cloud.clear();
                 self.history.session_reset();
@@ -219,7 +244,13 @@ impl ViewerApp {
             ui.separator();
             ui.label(format!("{} points", self.cloud.book().total_points()));
             ui.separator();
-            ui.label(format!("{:.0} FPS", self.fps.rolling()));
+            let fps = self.fps.rolling();
+            // Software rendering runs below 10 FPS: keep a decimal there.
+            ui.label(if fps < 10.0 {
+                format!("{fps:.1} FPS")
+            } else {
+                format!("{fps:.0} FPS")
+            });
             if self.source_ended {
                 ui.separator();
                 ui.colored_label(Color32::YELLOW, "input ended");
@@ -351,6 +382,14 @@ impl ViewerApp {
             report.repaints = repaints;
             report.seconds = seconds;
             report.points_on_gpu = self.cloud.book().total_points();
+            report.fps_at_end = self.fps.rolling();
+            let stride = self.cloud.gpu_stats().stride;
+            report.sprites_drawn = self
+                .cloud
+                .book()
+                .draw_counts(stride)
+                .map(|(_, n)| u64::from(n))
+                .sum();
         }
     }
 }

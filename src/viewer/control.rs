@@ -15,10 +15,21 @@ pub enum ViewerEvent {
     /// Shown in the status bar until the next one (warnings, session resets, loading).
     Status(String),
     Paused(bool),
+    /// The settings the stream runs with (so the controls start from the truth).
+    Settings(StreamSettings),
     /// A new session started (empty cache, new world frame): the cloud starts over.
     SessionReset(String),
     /// The input has no more frames.
     InputEnded,
+}
+
+/// What the pipeline controls show at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSettings {
+    pub paged: bool,
+    pub sliding_window: usize,
+    /// `None` for an adaptive keyframe rule.
+    pub keyframe_interval: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

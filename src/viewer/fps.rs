@@ -1,8 +1,11 @@
-//! Frame rate of the window: a rolling one-second rate for the status bar and a whole-run mean
-//! for the closing report.
+//! Frame rate of the window: a rate over the last repaints (at least a second's worth, at least
+//! `RECENT` repaints, so slow software rendering still reads) and a whole-run mean.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+
+/// Repaints the rolling rate always spans (when there are that many).
+const RECENT: usize = 10;
 
 #[derive(Debug, Default)]
 pub struct FpsMeter {
@@ -16,16 +19,17 @@ impl FpsMeter {
         self.first.get_or_insert(now);
         self.frames += 1;
         self.recent.push_back(now);
-        while self
-            .recent
-            .front()
-            .is_some_and(|&t| now.duration_since(t) > Duration::from_secs(1))
+        while self.recent.len() > RECENT
+            && self
+                .recent
+                .front()
+                .is_some_and(|&t| now.duration_since(t) > Duration::from_secs(1))
         {
             self.recent.pop_front();
         }
     }
 
-    /// Frames per second over the last second.
+    /// Frames per second over the last second (or the last `RECENT` repaints if longer).
     pub fn rolling(&self) -> f64 {
         match (self.recent.front(), self.recent.back()) {
             (Some(a), Some(b)) if self.recent.len() > 1 => {

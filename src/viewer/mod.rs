@@ -20,4 +20,4 @@ pub mod render;
 pub mod shaders;
 
 pub use app::{ExitPlan, ViewerApp, ViewerOptions, ViewerReport, run_viewer};
-pub use control::{ViewerControl, ViewerEvent};
+pub use control::{StreamSettings, ViewerControl, ViewerEvent};

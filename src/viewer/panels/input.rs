@@ -4,6 +4,9 @@ use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
 
 use crate::pipeline::FrameResult;
 
+/// Height of the depth and confidence thumbnails (the input image gets half as much again).
+const THUMBNAIL_HEIGHT: f32 = 120.0;
+
 /// Textures of the newest result; updated in place (one upload per processed frame).
 #[derive(Default)]
 pub struct InputThumbnails {
@@ -96,6 +99,7 @@ pub fn input_ui(ui: &mut egui::Ui, thumbs: &InputThumbnails) {
         ui.add(
             egui::Image::new(image)
                 .max_width(width)
+                .max_height(THUMBNAIL_HEIGHT * 1.5)
                 .maintain_aspect_ratio(true),
         );
     }
@@ -122,6 +126,7 @@ pub fn input_ui(ui: &mut egui::Ui, thumbs: &InputThumbnails) {
                     ui.add(
                         egui::Image::new(texture)
                             .max_width(half)
+                            .max_height(THUMBNAIL_HEIGHT)
                             .maintain_aspect_ratio(true),
                     );
                 }

@@ -1,7 +1,7 @@
 //! Per-frame latency stacked by stage, with the median and 99th percentile of the total.
 
 use eframe::egui::{self, Color32};
-use egui_plot::{Bar, BarChart, HLine, Legend, LineStyle, Plot};
+use egui_plot::{Bar, BarChart, HLine, LineStyle, Plot};
 
 use crate::viewer::history::StreamHistory;
 
@@ -57,7 +57,6 @@ pub fn latency_ui(ui: &mut egui::Ui, history: &StreamHistory) {
     }
     Plot::new("latency")
         .height(170.0)
-        .legend(Legend::default())
         .allow_scroll(false)
         .include_y(0.0)
         .y_axis_label("ms")
