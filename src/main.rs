@@ -27,9 +27,9 @@ enum Command {
     /// Simulate the paged KV cache over a stream and print what each step's attention sees.
     CacheSim(cli::cache_sim::CacheSimArgs),
     /// Replay a recorded session in the viewer.
-    Replay,
+    Replay(cli::replay::ReplayArgs),
     /// Export a recorded session (PLY, TUM, COLMAP, GLB).
-    Export,
+    Export(cli::export::ExportArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -50,8 +50,8 @@ fn main() -> std::process::ExitCode {
         Command::Bench(a) => cli::bench::run(a),
         Command::Parity(a) => cli::parity::run(a),
         Command::CacheSim(a) => cli::cache_sim::run(a),
-        Command::Replay => cli::not_yet("replay", "recording arrives with the record issue"),
-        Command::Export => cli::not_yet("export", "recording arrives with the record issue"),
+        Command::Replay(a) => cli::replay::run(a),
+        Command::Export(a) => cli::export::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -3,7 +3,9 @@
 
 pub mod bench;
 pub mod cache_sim;
+pub mod export;
 pub mod parity;
+pub mod replay;
 pub mod run;
 pub mod view;
 
