@@ -35,7 +35,7 @@ const VIEWER_QUEUE: usize = 16;
 /// Frames per second of the synthetic room when it stands in for a camera.
 const SYNTHETIC_FPS: f64 = 30.0;
 
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ViewArgs {
     /// `webcam:N`, `webcam:NAME`, `synthetic`, an image folder, or `demo` (a synthetic room
     /// with a simulated cache and no model). Default: webcam:0 when a camera exists, else the
@@ -88,6 +88,18 @@ pub struct ViewArgs {
     /// Most point sprites the 3D view draws per repaint; above it every n-th point is drawn.
     #[arg(long)]
     pub point_budget: Option<u64>,
+}
+
+/// The arguments of a bare `streamrecon` (no subcommand): clap's defaults, not `Default`'s zeros.
+impl Default for ViewArgs {
+    fn default() -> Self {
+        #[derive(clap::Parser)]
+        struct Bare {
+            #[command(flatten)]
+            view: ViewArgs,
+        }
+        <Bare as clap::Parser>::parse_from(["streamrecon"]).view
+    }
 }
 
 pub fn run(args: ViewArgs) -> anyhow::Result<()> {
@@ -443,5 +455,44 @@ fn feed_demo(
         {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_defaults_are_clap_defaults() {
+        let args = ViewArgs::default();
+        assert_eq!(args.attention, "paged");
+        assert_eq!(args.point_stride, 4);
+        assert!(args.conf_threshold > 1.0);
+        assert_eq!(args.demo_size, "96x72");
+        assert!(args.input.is_none() && args.exit_after.is_none());
+    }
+
+    #[test]
+    fn controls_map_to_pipeline_requests() {
+        let mut policy = KeyframePolicy::default();
+        assert_eq!(
+            to_pipeline(ViewerControl::Pause(true), &mut policy),
+            vec![Control::Pause]
+        );
+        assert_eq!(
+            to_pipeline(ViewerControl::SlidingWindow(9), &mut policy),
+            vec![Control::SetWindow(9), Control::Reset]
+        );
+        let requests = to_pipeline(ViewerControl::KeyframeInterval(3), &mut policy);
+        assert_eq!(policy.rule, KeyframeRule::Fixed { interval: 3 });
+        assert_eq!(requests.last(), Some(&Control::Reset));
+        assert!(to_pipeline(ViewerControl::Recording(true), &mut policy).is_empty());
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("640x480").ok(), Some((640, 480)));
+        assert!(parse_size("0x4").is_err());
+        assert!(parse_size("wide").is_err());
     }
 }

@@ -162,7 +162,14 @@ impl ViewerApp {
     pub fn drain_events(&mut self) {
         let points_before = self.cloud.book().total_points();
         for _ in 0..MAX_RESULTS_PER_REPAINT {
-            if self.cloud.book().total_points() - points_before >= MAX_POINTS_PER_REPAINT {
+            // Saturating: a reset in the middle of the batch empties the cloud.
+            if self
+                .cloud
+                .book()
+                .total_points()
+                .saturating_sub(points_before)
+                >= MAX_POINTS_PER_REPAINT
+            {
                 // The rest waits for the next repaint (upload cost bounds the frame time).
                 break;
             }
@@ -463,4 +470,76 @@ pub fn run_viewer(
     .map_err(|e| ViewerError::Window(e.to_string()))?;
     let out = report_out.lock().map(|r| r.clone()).unwrap_or_default();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::viewer::control::StreamSettings;
+    use crate::viewer::demo::{DemoConfig, DemoStream};
+
+    fn app() -> (ViewerApp, Sender<ViewerEvent>, Receiver<ViewerControl>) {
+        let (events_tx, events_rx) = crossbeam_channel::unbounded();
+        let (control_tx, control_rx) = crossbeam_channel::unbounded();
+        let app = ViewerApp::with_render_state(
+            None,
+            events_rx,
+            Some(control_tx),
+            ViewerOptions::default(),
+        );
+        (app, events_tx, control_rx)
+    }
+
+    #[test]
+    fn frames_fill_history_and_cloud_and_reset_clears_them() {
+        let (mut app, tx, _rx) = app();
+        let mut stream = DemoStream::new(DemoConfig::default());
+        let mut points = 0;
+        for _ in 0..5 {
+            let r = stream.next_result();
+            points += r.points.len() as u64;
+            tx.send(ViewerEvent::Frame(Arc::new(r))).expect("open");
+        }
+        app.drain_events();
+        assert_eq!(app.history.frames_received, 5);
+        assert_eq!(app.cloud.book().total_points(), points);
+        tx.send(ViewerEvent::SessionReset("test".into()))
+            .expect("open");
+        app.drain_events();
+        assert_eq!(app.cloud.book().total_points(), 0);
+        assert!(app.history.poses.is_empty());
+    }
+
+    #[test]
+    fn settings_notices_and_end_of_input_reach_the_state() {
+        let (mut app, tx, _rx) = app();
+        tx.send(ViewerEvent::Settings(StreamSettings {
+            paged: false,
+            sliding_window: 7,
+            keyframe_interval: Some(3),
+        }))
+        .expect("open");
+        tx.send(ViewerEvent::Notice("random weights".into()))
+            .expect("open");
+        tx.send(ViewerEvent::Notice("random weights".into()))
+            .expect("open");
+        tx.send(ViewerEvent::InputEnded).expect("open");
+        app.drain_events();
+        assert!(!app.controls.paged);
+        assert_eq!(app.controls.sliding_window, 7);
+        assert_eq!(app.controls.keyframe_interval, 3);
+        assert_eq!(app.options.notices, vec!["random weights".to_string()]);
+        assert!(app.source_ended);
+    }
+
+    #[test]
+    fn a_closed_stream_ends_the_input_and_a_gone_pipeline_disables_controls() {
+        let (mut app, tx, rx) = app();
+        drop(tx);
+        app.drain_events();
+        assert!(app.source_ended);
+        drop(rx);
+        app.send(vec![ViewerControl::Reset]);
+        assert!(!app.controls.connected);
+    }
 }

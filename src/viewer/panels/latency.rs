@@ -71,8 +71,27 @@ pub fn latency_ui(ui: &mut egui::Ui, history: &StreamHistory) {
             );
             plot_ui.hline(
                 HLine::new("p99", p99)
-                    .color(Color32::from_rgb(255, 90, 90))
+                    .color(P99)
                     .style(LineStyle::dashed_loose()),
             );
         });
+    // The legend goes below the plot: a backend may report a dozen stages, more than fit
+    // over it.
+    ui.horizontal_wrapped(|ui| {
+        for (i, name) in names.iter().enumerate() {
+            swatch_ui(ui, stage_colour(i));
+            ui.small(name);
+        }
+        swatch_ui(ui, Color32::WHITE);
+        ui.small("median");
+        swatch_ui(ui, P99);
+        ui.small("p99");
+    });
+}
+
+const P99: Color32 = Color32::from_rgb(255, 90, 90);
+
+fn swatch_ui(ui: &mut egui::Ui, colour: Color32) {
+    let (rect, _) = ui.allocate_exact_size(egui::vec2(9.0, 9.0), egui::Sense::hover());
+    ui.painter().rect_filled(rect, 2.0, colour);
 }
