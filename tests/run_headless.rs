@@ -193,3 +193,29 @@ fn bad_arguments_are_errors_not_panics() {
     assert_eq!(no_model.status.code(), Some(2));
     assert!(text(&no_model.stderr).contains("--weights"));
 }
+
+#[test]
+fn synthetic_input_runs_with_random_tiny_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("s");
+    let out = run(&[
+        "run",
+        "--headless",
+        "--input",
+        "synthetic",
+        "--synthetic-frames",
+        "6",
+        "--random-weights",
+        "tiny",
+        "--out",
+        session.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(stdout.contains("6 processed of 6 captured"), "{stdout}");
+    assert!(stdout.contains("synthetic room 640×480"), "{stdout}");
+    assert_eq!(
+        std::fs::read_dir(session.join("frames")).unwrap().count(),
+        6
+    );
+}

@@ -499,16 +499,25 @@ impl SessionDump {
         self.points += r.points.len() as u64;
         self.frames += 1;
         self.dropped += r.dropped_before;
+        // Keep the files valid after every frame, so a killed run leaves a readable session.
+        self.trajectory.flush()?;
+        self.patch_ply_count()?;
+        Ok(())
+    }
+
+    fn patch_ply_count(&mut self) -> anyhow::Result<()> {
+        self.ply.flush()?;
+        // The buffer is empty after the flush: seek the file underneath directly.
+        let file = self.ply.get_mut();
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(ply_header(self.points).as_bytes())?;
+        file.seek(SeekFrom::End(0))?;
         Ok(())
     }
 
     fn finish(&mut self, summary: &PipelineSummary) -> anyhow::Result<()> {
         self.trajectory.flush()?;
-        self.ply.flush()?;
-        let file = self.ply.get_mut();
-        file.seek(SeekFrom::Start(0))?;
-        file.write_all(ply_header(self.points).as_bytes())?;
-        file.flush()?;
+        self.patch_ply_count()?;
         let path = self.dir.join("summary.json");
         std::fs::write(&path, serde_json::to_vec_pretty(summary)?)
             .with_context(|| format!("writing {}", path.display()))?;
