@@ -90,11 +90,14 @@ impl KernelRegistry {
         let mut functions = HashMap::new();
         let mut origins = Vec::new();
         let mut modules = Vec::new();
+        // STREAMRECON_FORCE_NVRTC: ignore the embedded CUBIN (to exercise the run-time path).
+        let force_nvrtc = std::env::var_os("STREAMRECON_FORCE_NVRTC").is_some();
         for src in SOURCES {
             let Some(target) = src.target(arch) else {
                 continue;
             };
-            let (cubin, origin) = match prebuilt(src.name, arch) {
+            let embedded = prebuilt(src.name, arch).filter(|_| !force_nvrtc);
+            let (cubin, origin) = match embedded {
                 Some(bytes) => (bytes.to_vec(), Origin::Nvcc),
                 None => (
                     nvrtc::compile_cached(src.name, src.source, &target)?,
