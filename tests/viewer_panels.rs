@@ -13,10 +13,12 @@ use egui_kittest::wgpu::{WgpuTestRenderer, create_render_state, default_wgpu_set
 use egui_kittest::{Harness, SnapshotOptions};
 use streamrecon::pipeline::FrameResult;
 use streamrecon::viewer::ViewerControl;
+use streamrecon::viewer::chunks::GpuPoint;
 use streamrecon::viewer::cloud_view::CloudView;
 use streamrecon::viewer::demo::{DemoConfig, DemoStream};
 use streamrecon::viewer::history::StreamHistory;
 use streamrecon::viewer::panels::{self, ControlState, InputThumbnails, controls::ViewRequests};
+use streamrecon::viewer::render::SceneRenderer;
 
 fn demo_results(frames: usize) -> Vec<Arc<FrameResult>> {
     let mut stream = DemoStream::new(DemoConfig::default());
@@ -195,6 +197,7 @@ fn snapshot_cloud_view() {
     let results = demo_results(30);
     let history = demo_history(&results);
     let mut view = CloudView::new(Some(rs.clone()));
+    let uploads = rs.clone();
     for r in &results {
         view.ingest(r);
     }
@@ -216,4 +219,30 @@ fn snapshot_cloud_view() {
         .build_ui(move |ui| view.ui(ui, &history));
     harness.run();
     harness.snapshot_options("viewer_cloud_top", &snapshot_options());
+    // Every point went to the GPU exactly once, however many repaints happened.
+    let points: u64 = results.iter().map(|r| r.points.len() as u64).sum();
+    let renderer = uploads.renderer.read();
+    let scene = renderer
+        .callback_resources
+        .get::<SceneRenderer>()
+        .expect("the view registered its renderer");
+    assert_eq!(
+        scene.bytes_uploaded(),
+        points * std::mem::size_of::<GpuPoint>() as u64
+    );
+}
+
+#[test]
+fn page_map_hover_names_the_page() {
+    let results = demo_results(20);
+    let history = demo_history(&results);
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(300.0, 120.0))
+        .with_accessibility_check(false)
+        .build_ui(move |ui| panels::page_map_ui(ui, &history.page_map));
+    harness.run();
+    // Somewhere over the first cells (the panel's margin is a few points).
+    harness.hover_at(egui::pos2(14.0, 14.0));
+    harness.run();
+    harness.get_by_label_contains("page ");
 }
