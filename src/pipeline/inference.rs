@@ -316,6 +316,26 @@ impl Inference {
         let ids = first..first + n as u64;
         let keyframe = frame_type != FrameType::NonKeyframe;
         let step = session.model.step(&images, ids, keyframe);
+        // A backend that returns the wrong number of outputs is an error event, not a panic
+        // of the inference thread.
+        let plane = h * w;
+        let step = step.map_err(|e| e.to_string()).and_then(|s| {
+            let complete = s.frames == n
+                && (s.height, s.width) == (h, w)
+                && s.cameras.len() == n
+                && s.depth.len() == n * plane
+                && s.depth_conf.len() == n * plane;
+            if complete {
+                Ok(s)
+            } else {
+                Err(format!(
+                    "the model returned {} frames ({} cameras, {} depth values) for a call of {n} frames of {w}×{h}",
+                    s.frames,
+                    s.cameras.len(),
+                    s.depth.len()
+                ))
+            }
+        });
         let step = match step {
             Ok(s) => s,
             Err(e) => {
