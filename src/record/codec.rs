@@ -348,8 +348,38 @@ pub fn decode_json_part<T: for<'de> Deserialize<'de>>(payload: &[u8]) -> DecodeR
     serde_json::from_slice(json).map_err(|e| format!("JSON: {e}"))
 }
 
+/// Timings in binary: JSON's float parsing does not give back every f64 bit for bit.
 pub fn encode_timings(frame: u64, timings: &[StageTime]) -> DecodeResult<Vec<u8>> {
-    encode_json_part(frame, &timings)
+    let mut w = ByteWriter::default();
+    w.u64(frame);
+    w.u32(timings.len() as u32);
+    for t in timings {
+        let name = t.stage.as_bytes();
+        let len =
+            u16::try_from(name.len()).map_err(|_| format!("stage name of {} bytes", name.len()))?;
+        w.u16(len);
+        w.bytes(name);
+        w.f64(t.ms);
+    }
+    Ok(w.into_vec())
+}
+
+pub fn decode_timings(payload: &[u8]) -> DecodeResult<Vec<StageTime>> {
+    let mut r = ByteReader::new(payload);
+    let n = (|| {
+        r.u64()?;
+        r.u32()
+    })()
+    .ok_or_else(|| short("timings"))?;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let len = r.u16().ok_or_else(|| short("timings"))?;
+        let name = r.take(len as usize).ok_or_else(|| short("timings"))?;
+        let stage = String::from_utf8(name.to_vec()).map_err(|e| format!("stage name: {e}"))?;
+        let ms = r.f64().ok_or_else(|| short("timings"))?;
+        out.push(StageTime { stage, ms });
+    }
+    Ok(out)
 }
 
 pub fn encode_frame_end(frame: u64) -> Vec<u8> {

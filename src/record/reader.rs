@@ -448,7 +448,7 @@ impl SessionReader {
             None => CacheSnapshot::default(),
         };
         let timings = match self.part(i, RecordKind::Timings) {
-            Some((offset, p)) => codec::decode_json_part(p).map_err(|e| self.corrupt(offset, e))?,
+            Some((offset, p)) => codec::decode_timings(p).map_err(|e| self.corrupt(offset, e))?,
             None => Vec::new(),
         };
         Ok(FrameResult {
