@@ -195,12 +195,9 @@ fn synthetic_views_agree_with_each_other() {
 #[test]
 fn bundled_sample_is_what_the_generator_makes() {
     let assets = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/synthetic"));
-    let regenerate = std::env::var_os("STREAMRECON_REGENERATE_ASSETS").is_some();
-    let dir = if regenerate {
-        assets.clone()
-    } else {
-        tempfile::tempdir().unwrap().keep()
-    };
+    // Regenerate the sample with `streamrecon run --write-sample assets/synthetic`.
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().to_owned();
     let scene = streamrecon::capture::synthetic::sample_scene();
     scene
         .write_sample(&dir, streamrecon::capture::synthetic::SAMPLE_FRAMES)
