@@ -17,7 +17,9 @@ use streamrecon::viewer::chunks::GpuPoint;
 use streamrecon::viewer::cloud_view::CloudView;
 use streamrecon::viewer::demo::{DemoConfig, DemoStream};
 use streamrecon::viewer::history::StreamHistory;
-use streamrecon::viewer::panels::{self, ControlState, InputThumbnails, controls::ViewRequests};
+use streamrecon::viewer::panels::{
+    self, ColourMode, ControlState, InputThumbnails, RenderSettings, controls::ViewRequests,
+};
 use streamrecon::viewer::render::SceneRenderer;
 
 fn demo_results(frames: usize) -> Vec<Arc<FrameResult>> {
@@ -245,4 +247,79 @@ fn page_map_hover_names_the_page() {
     harness.hover_at(egui::pos2(14.0, 14.0));
     harness.run();
     harness.get_by_label_contains("page ");
+}
+
+#[test]
+fn colour_modes_and_threshold_change_the_picture_on_the_gpu() {
+    let rs = match render_state() {
+        Ok(rs) => rs,
+        Err(reason) => {
+            println!("skipping the colour mode renders: no wgpu adapter ({reason})");
+            return;
+        }
+    };
+    let results = demo_results(12);
+    let history = demo_history(&results);
+    let mut view = CloudView::new(Some(rs.clone()));
+    for r in &results {
+        view.ingest(r);
+    }
+    view.update_camera(
+        &history,
+        ViewRequests {
+            reset_view: true,
+            top_view: false,
+        },
+    );
+    view.settings.show_grid = false;
+    view.settings.show_frustums = false;
+    view.settings.show_trajectory = false;
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(240.0, 160.0))
+        .with_accessibility_check(false)
+        .renderer(WgpuTestRenderer::from_render_state(rs))
+        .build_ui_state(
+            move |ui, settings: &mut RenderSettings| {
+                view.settings = settings.clone();
+                view.ui(ui, &history);
+            },
+            RenderSettings {
+                show_grid: false,
+                show_frustums: false,
+                show_trajectory: false,
+                ..RenderSettings::default()
+            },
+        );
+    let mut images = Vec::new();
+    for mode in ColourMode::ALL {
+        harness.state_mut().colour_mode = mode;
+        harness.run();
+        images.push(harness.render().expect("render"));
+    }
+    for (i, a) in images.iter().enumerate() {
+        for b in &images[i + 1..] {
+            assert_ne!(
+                a.as_raw(),
+                b.as_raw(),
+                "two colour modes drew the same picture"
+            );
+        }
+    }
+    // Above every point's confidence: only the background is left.
+    harness.state_mut().colour_mode = ColourMode::Rgb;
+    harness.state_mut().confidence_threshold = 1e6;
+    harness.run();
+    let empty = harness.render().expect("render");
+    let background = *empty.get_pixel(120, 80);
+    // Inside the 3D view (the harness's panel margin around it has egui's colour).
+    let inside = || (20..220).flat_map(|x| (20..140).map(move |y| (x, y)));
+    let survivors = inside()
+        .filter(|&(x, y)| *empty.get_pixel(x, y) != background)
+        .count();
+    assert_eq!(survivors, 0, "points survived the threshold");
+    // And the RGB picture did have points there.
+    let drawn = inside()
+        .filter(|&(x, y)| *images[0].get_pixel(x, y) != background)
+        .count();
+    assert!(drawn > 1000, "only {drawn} pixels of points");
 }
