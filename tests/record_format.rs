@@ -312,3 +312,25 @@ fn a_file_on_disk_opens_mapped() {
     let missing = SessionReader::open(dir.path().join("missing.srec")).unwrap_err();
     assert!(missing.to_string().contains("missing.srec"), "{missing}");
 }
+
+#[test]
+fn every_single_byte_flip_is_reported_and_costs_at_most_one_frame() {
+    let b = build(3, 8, 6, 4, true);
+    for pos in b.header_end as usize..b.bytes.len() {
+        let mut bytes = b.bytes.clone();
+        bytes[pos] ^= 0x41;
+        let reader = SessionReader::from_bytes("flip.srec", bytes)
+            .unwrap_or_else(|e| panic!("flip at {pos}: {e}"));
+        assert!(!reader.issues().is_empty(), "flip at {pos} went unnoticed");
+        assert!(
+            reader.frames().len() >= 2,
+            "flip at {pos} lost more than a frame"
+        );
+        for i in 0..reader.frames().len() {
+            // Damage is caught by the checksums: whatever was kept decodes.
+            reader
+                .read_frame(i, Parts::ALL)
+                .unwrap_or_else(|e| panic!("flip at {pos}, frame {i}: {e}"));
+        }
+    }
+}
