@@ -170,8 +170,19 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
         report.sprites_drawn,
         report.points_on_gpu
     );
+    for notice in &report.notices {
+        eprintln!("viewer: notice: {notice}");
+    }
     if let Some(error) = report.error {
         bail!(error);
+    }
+    if let Some(n) = args.exit_after
+        && report.frames_processed < n
+    {
+        bail!(
+            "the input ended after {} of the {n} frames asked for with --exit-after",
+            report.frames_processed
+        );
     }
     if let Some(path) = &args.screenshot {
         match &report.screenshot {
@@ -315,6 +326,8 @@ fn feed_pipeline(
             let _ = viewer.send(ViewerEvent::Notice(format!(
                 "could not load the model: {e:#}"
             )));
+            // Nothing will come: let a headless run (--exit-after) finish with the notice shown.
+            let _ = viewer.send(ViewerEvent::InputEnded);
             return;
         }
     };
@@ -332,6 +345,7 @@ fn feed_pipeline(
             let _ = viewer.send(ViewerEvent::Notice(format!(
                 "could not start the pipeline: {e}"
             )));
+            let _ = viewer.send(ViewerEvent::InputEnded);
             return;
         }
     };

@@ -68,6 +68,8 @@ pub struct ViewerReport {
     pub sprites_drawn: u64,
     pub screenshot: Option<PathBuf>,
     pub error: Option<String>,
+    /// The notices that were on screen (random weights, failures).
+    pub notices: Vec<String>,
 }
 
 impl ViewerReport {
@@ -389,6 +391,7 @@ impl ViewerApp {
             report.repaints = repaints;
             report.seconds = seconds;
             report.points_on_gpu = self.cloud.book().total_points();
+            report.notices.clone_from(&self.options.notices);
             report.fps_at_end = self.fps.rolling();
             let stride = self.cloud.gpu_stats().stride;
             report.sprites_drawn = self
