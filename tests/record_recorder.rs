@@ -303,3 +303,26 @@ fn the_player_keeps_the_recorded_pace_and_pauses() {
     assert!(p.is_finished());
     assert_eq!(p.wait(t0), None);
 }
+
+#[test]
+fn the_player_seeks_by_stream_frame() {
+    let mut w = streamrecon::record::SessionWriter::new(Vec::new(), "s", &config()).unwrap();
+    for i in 0..6 {
+        w.write_frame(&sample_result(i * 2, 4, 4, 1), i as f64)
+            .unwrap();
+    }
+    let reader = Arc::new(SessionReader::from_bytes("s", w.finish().unwrap()).unwrap());
+    let t0 = Instant::now();
+    let mut p = Player::new(reader, ReplayOptions::default(), t0);
+    // Stream frames 0, 2, ..., 10; frame 5 is not there, so the seek lands on 6.
+    p.seek_to_frame(5, t0);
+    assert_eq!(p.position(), 3);
+    assert_eq!(p.catch_up_to(5), 0..3);
+    assert_eq!(p.frame_at(1, Parts::GEOMETRY).unwrap().unwrap().frame, 2);
+    assert_eq!(p.wait(t0), Some(Duration::ZERO));
+    assert_eq!(p.next_frame(Parts::GEOMETRY).unwrap().unwrap().frame, 6);
+    // The next one is one recorded second later.
+    assert_eq!(p.wait(t0), Some(Duration::from_secs(1)));
+    p.seek_to_frame(99, t0);
+    assert!(p.is_finished());
+}

@@ -101,6 +101,42 @@ impl Player {
         }
     }
 
+    /// Moves to the first played frame whose stream index is at least `frame` (the end if
+    /// none), due now. The viewer's cloud is append-only, so a caller that seeks backwards
+    /// resets the view and replays up to the target with `next_frame` (see `catch_up_to`).
+    pub fn seek_to_frame(&mut self, frame: u64, now: Instant) {
+        let frames = self.reader.frames();
+        self.pos = self
+            .order
+            .iter()
+            .position(|&i| frames[i].frame >= frame)
+            .unwrap_or(self.order.len());
+        self.t_origin = self.t_of(self.pos);
+        self.clock_origin = self.paused_at.unwrap_or(now);
+    }
+
+    /// Playing positions from the start up to (not including) the one `seek_to_frame(frame)`
+    /// would land on: what a view rebuilt from scratch must be fed to show that moment.
+    pub fn catch_up_to(&self, frame: u64) -> std::ops::Range<usize> {
+        let frames = self.reader.frames();
+        let end = self
+            .order
+            .iter()
+            .position(|&i| frames[i].frame >= frame)
+            .unwrap_or(self.order.len());
+        0..end
+    }
+
+    /// Reads the frame at playing position `pos` without moving.
+    pub fn frame_at(
+        &self,
+        pos: usize,
+        parts: Parts,
+    ) -> Option<Result<Arc<FrameResult>, RecordError>> {
+        let &i = self.order.get(pos)?;
+        Some(self.reader.read_frame(i, parts).map(Arc::new))
+    }
+
     pub fn pause(&mut self, now: Instant) {
         self.paused_at.get_or_insert(now);
     }
