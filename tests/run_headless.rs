@@ -104,6 +104,14 @@ fn courthouse_with_the_tiny_model_writes_a_session() {
         trajectory.lines().filter(|l| !l.starts_with('#')).count(),
         48
     );
+
+    // The recorder's session file holds every frame, closed properly.
+    let recording = streamrecon::record::SessionReader::open(session.join("session.srec")).unwrap();
+    assert!(recording.indexed(), "{:?}", recording.issues());
+    let recorded: Vec<u64> = recording.frames().iter().map(|f| f.frame).collect();
+    assert_eq!(recorded, (0..48).collect::<Vec<_>>());
+    assert_eq!(recording.config()["input"], COURTHOUSE);
+    assert!(stdout.contains("recorded:   48 frames"), "{stdout}");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! `streamrecon run --headless`: the pipeline without a window. Frames come from a webcam, a
-//! folder or the synthetic room; results go to a plain dump in the session directory (per-frame
-//! JSON, a binary PLY of all points, a TUM trajectory, summary.json) until the recorder of the
-//! record issue replaces it.
+//! folder or the synthetic room; results go to the recorder (`SESSION/session.srec`) and to a
+//! plain dump beside it (per-frame JSON, a binary PLY of all points, a TUM trajectory,
+//! summary.json). See docs/pipeline.md.
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -24,6 +24,7 @@ use crate::pipeline::{
     KeyframeScheduler, OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary,
     PointFilter,
 };
+use crate::record::{Offer, Recorder, RecorderOptions};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
@@ -139,6 +140,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let progress = progress_bar(total);
     let started = Instant::now();
     let mut dump = SessionDump::create(&out)?;
+    let recorder = Recorder::create(
+        out.join(SESSION_FILE),
+        &session_config(&args, &input, &pipeline),
+        RecorderOptions {
+            // Headless inference is far slower than the disk; a deep queue means the
+            // recorder never falls behind in practice (and says so in the file if it does).
+            queue: 1024,
+            ..RecorderOptions::default()
+        },
+    )?;
     let mut write_error: Option<anyhow::Error> = None;
     let mut summary = None;
     for event in events.iter() {
@@ -150,16 +161,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                     write_error = Some(e);
                     pipeline.send(Control::Stop);
                 }
+                if recorder.offer(Arc::clone(&result)) == Offer::Stopped && write_error.is_none() {
+                    // The recorder's own error is in its status, reported at the end.
+                    pipeline.send(Control::Stop);
+                }
                 progress.inc(1);
                 progress.set_message(progress_message(&result, &dump, started));
             }
-            PipelineEvent::Warning(w) => progress.println(format!("warning: {w}")),
+            PipelineEvent::Warning(w) => {
+                recorder.note(format!("warning: {w}"));
+                progress.println(format!("warning: {w}"))
+            }
             PipelineEvent::Error { stage, message } => {
+                recorder.note(format!("error ({stage}): {message}"));
                 progress.println(format!("error ({stage}): {message}"));
                 // The map so far is kept: stop here and write what there is.
                 pipeline.send(Control::Stop);
             }
             PipelineEvent::SessionReset { reason } => {
+                recorder.note(format!("session reset: {reason}"));
                 progress.println(format!("new session: {reason}"))
             }
             PipelineEvent::InputEnded => {
@@ -173,7 +193,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     pipeline.join();
     let summary = summary.context("the pipeline ended without a summary")?;
     dump.finish(&summary)?;
+    let recorded = recorder.finish();
     print_summary(&summary, &out, &dump);
+    println!(
+        "recorded:   {} frames, {} bytes in {}{}",
+        recorded.frames_recorded,
+        recorded.bytes_written,
+        recorded.path.display(),
+        if recorded.results_not_recorded > 0 {
+            format!(
+                " ({} results not recorded: the recorder fell behind)",
+                recorded.results_not_recorded
+            )
+        } else {
+            String::new()
+        }
+    );
+    if let Some(e) = recorded.error {
+        bail!("recording {}: {e}", recorded.path.display());
+    }
     if let Some(e) = write_error {
         return Err(e.context(format!("writing the session {}", out.display())));
     }
@@ -185,6 +223,25 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The recorder's session file inside `--out` (docs/recording-format.md).
+pub const SESSION_FILE: &str = "session.srec";
+
+/// What the recording says about how it was made.
+fn session_config(args: &RunArgs, input: &InputSpec, pipeline: &Pipeline) -> serde_json::Value {
+    serde_json::json!({
+        "command": "streamrecon run --headless",
+        "input": input.to_string(),
+        "weights": args.weights.as_ref().map(|p| p.display().to_string()),
+        "model_config": args.model_config.as_ref().map(|p| p.display().to_string()),
+        "random_weights": args.random_weights,
+        "attention": args.attention,
+        "window": args.window,
+        "keyframes": format!("{:?}", pipeline.keyframe_policy()),
+        "conf_threshold": args.conf_threshold,
+        "point_stride": args.point_stride,
+    })
 }
 
 fn print_cameras() {
