@@ -92,6 +92,10 @@ fn records_to_a_file_and_closes_with_an_index() {
     assert_eq!(status.error, None);
     assert_eq!(status.frames_recorded, 6);
     assert_eq!(status.results_not_recorded, 0);
+    assert_eq!(
+        status.bytes_written,
+        std::fs::metadata(&path).unwrap().len()
+    );
     let reader = SessionReader::open(&path).unwrap();
     assert!(reader.indexed());
     assert!(reader.issues().is_empty(), "{:?}", reader.issues());

@@ -333,7 +333,8 @@ fn record_loop<S: SessionSink>(
             writer.write_notice(&notice)?;
         }
         let path = writer.path().to_path_buf();
-        let mut sink = writer.finish()?;
+        let (mut sink, len) = writer.close()?;
+        shared.bytes.store(len, Ordering::Release);
         sink.sync().map_err(|source| RecordError::Write {
             path,
             offset: shared.bytes.load(Ordering::Acquire),

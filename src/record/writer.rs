@@ -181,13 +181,18 @@ impl<W: Write> SessionWriter<W> {
 
     /// Appends the index and the footer that points at it, flushes, and hands the output back
     /// (the caller syncs a file).
-    pub fn finish(mut self) -> Result<W, RecordError> {
+    pub fn finish(self) -> Result<W, RecordError> {
+        self.close().map(|(out, _)| out)
+    }
+
+    /// `finish`, also giving the file's final length.
+    pub fn close(mut self) -> Result<(W, u64), RecordError> {
         let index_offset = self.offset;
         let index = codec::encode_index(&self.index);
         self.put(&format::encode_record(RecordKind::Index, &index))?;
         self.put(&format::encode_footer(index_offset))?;
         self.flush()?;
-        Ok(self.out)
+        Ok((self.out, self.offset))
     }
 
     fn put(&mut self, bytes: &[u8]) -> Result<(), RecordError> {
