@@ -4,14 +4,15 @@
 //! and forwards its events to the viewer (and the viewer's controls to the pipeline), so the
 //! window opens at once and stays responsive while weights load.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::thread;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use crossbeam_channel::{Receiver, Sender, bounded, select, unbounded};
+use crossbeam_channel::{Receiver, Sender, bounded, select, tick, unbounded};
 
 use crate::attention::AttentionLayout;
 use crate::capture::{
@@ -24,6 +25,7 @@ use crate::pipeline::{
     Control, CpuFrameModel, Delivery, FrameModel, KeyframePolicy, KeyframeRule, Outputs, Pipeline,
     PipelineConfig, PipelineEvent, PointFilter,
 };
+use crate::record::{Recorder, RecorderOptions, RecorderStatus};
 use crate::viewer::demo::{DemoConfig, DemoStream};
 use crate::viewer::{
     ExitPlan, StreamSettings, ViewerControl, ViewerEvent, ViewerOptions, run_viewer,
@@ -34,6 +36,14 @@ use crate::viewer::{
 const VIEWER_QUEUE: usize = 16;
 /// Frames per second of the synthetic room when it stands in for a camera.
 const SYNTHETIC_FPS: f64 = 30.0;
+/// Events queued for the recording relay. Lossless, so inference would wait on a full queue,
+/// but the relay only hands results to the recorder's own queue (which never blocks).
+const RECORD_QUEUE: usize = 8;
+/// How often the window is told how the recording is going.
+const RECORD_STATUS_EVERY: Duration = Duration::from_millis(500);
+/// How long the command waits, after the window closes, for the feeder to stop the pipeline
+/// and finish a recording (write its index), before giving up on it.
+const FEEDER_EXIT_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Args)]
 pub struct ViewArgs {
@@ -88,6 +98,12 @@ pub struct ViewArgs {
     /// Most point sprites the 3D view draws per repaint; above it every n-th point is drawn.
     #[arg(long)]
     pub point_budget: Option<u64>,
+    /// Where the "record" toggle writes sessions (`session-YYYYMMDD-HHMMSS.srec`, UTC).
+    #[arg(long, value_name = "DIR", default_value = "sessions")]
+    pub record_dir: PathBuf,
+    /// Start recording to FILE at launch (it must not exist yet).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
 }
 
 /// The arguments of a bare `streamrecon` (no subcommand): clap's defaults, not `Default`'s zeros.
@@ -114,6 +130,7 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
     }
     let (events_tx, events_rx) = bounded::<ViewerEvent>(VIEWER_QUEUE);
     let (control_tx, control_rx) = unbounded::<ViewerControl>();
+    let mut feeder = None;
     let source_label = match args.input.as_deref() {
         Some("demo") => {
             let fps = args.demo_fps;
@@ -127,6 +144,9 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
                 height,
                 ..DemoConfig::default()
             };
+            if args.record.is_some() {
+                bail!("--record needs a pipeline; the demo stream has nothing to record");
+            }
             spawn_feeder("demo-source", move || {
                 feed_demo(&events_tx, &control_rx, fps, demo, demo_frames)
             })?;
@@ -142,9 +162,21 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
             let config = pipeline_config(&args)?;
             let label = source.describe();
             let model_args = args.clone();
-            spawn_feeder("viewer-feed", move || {
-                feed_pipeline(source, config, &model_args, &events_tx, &control_rx)
-            })?;
+            let recording = RecordingPlan {
+                dir: args.record_dir.clone(),
+                at_launch: args.record.clone(),
+                config: session_config(&args, &label),
+            };
+            feeder = Some(spawn_feeder("viewer-feed", move || {
+                feed_pipeline(
+                    source,
+                    config,
+                    &model_args,
+                    recording,
+                    &events_tx,
+                    &control_rx,
+                )
+            })?);
             label
         }
     };
@@ -155,10 +187,18 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
             exit_after: args.exit_after,
             screenshot: args.screenshot.clone(),
         },
-        recording_available: false,
+        recording_available: feeder.is_some(),
         point_budget: args.point_budget,
     };
-    let report = run_viewer(events_rx, Some(control_tx), options).context("running the viewer")?;
+    let report = run_viewer(events_rx, Some(control_tx), options).context("running the viewer");
+    // The window has closed, so the feeder's channels are gone and it is stopping the pipeline;
+    // a recording in progress gets its index only if the process waits for that.
+    if let Some((done, _thread)) = feeder
+        && done.recv_timeout(FEEDER_EXIT_WAIT) == Err(crossbeam_channel::RecvTimeoutError::Timeout)
+    {
+        eprintln!("viewer: the pipeline did not stop in time; a recording may lack its index");
+    }
+    let report = report?;
     eprintln!(
         "viewer: {} frames processed, {} repaints in {:.1} s ({:.1} FPS mean); at the end \
          {:.2} FPS drawing {} of {} points on the GPU",
@@ -206,12 +246,196 @@ fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
     }
 }
 
-fn spawn_feeder(name: &str, body: impl FnOnce() + Send + 'static) -> anyhow::Result<()> {
-    thread::Builder::new()
+/// Starts `body` on a named thread; the receiver disconnects when it has returned (or panicked).
+fn spawn_feeder(
+    name: &str,
+    body: impl FnOnce() + Send + 'static,
+) -> anyhow::Result<(Receiver<()>, JoinHandle<()>)> {
+    let (done_tx, done_rx) = bounded::<()>(1);
+    let thread = thread::Builder::new()
         .name(name.to_string())
-        .spawn(body)
-        .map(drop)
-        .with_context(|| format!("starting the {name} thread"))
+        .spawn(move || {
+            let _done = done_tx;
+            body();
+        })
+        .with_context(|| format!("starting the {name} thread"))?;
+    Ok((done_rx, thread))
+}
+
+/// What the session header of a recording from the window says about how it was made.
+fn session_config(args: &ViewArgs, source: &str) -> serde_json::Value {
+    serde_json::json!({
+        "command": "streamrecon view",
+        "input": source,
+        "weights": args.weights.as_ref().map(|p| p.display().to_string()),
+        "model_config": args.model_config.as_ref().map(|p| p.display().to_string()),
+        "random_weights": args.random_weights,
+        "attention": args.attention,
+        "window": args.window,
+        "keyframe_interval": args.keyframe_interval,
+        "conf_threshold": args.conf_threshold,
+        "point_stride": args.point_stride,
+    })
+}
+
+/// How `view` records: where the toggle writes, and a file to start with.
+pub struct RecordingPlan {
+    pub dir: PathBuf,
+    pub at_launch: Option<PathBuf>,
+    pub config: serde_json::Value,
+}
+
+/// The recording side of `view`: a thread that drains a lossless subscription of the pipeline
+/// and hands results to the recorder while one is active. It exists for the whole run (so the
+/// subscription is never left full and inference never waits for it) and only `offer`s, which
+/// never blocks; the viewer's own stream drops frames and is never recorded from.
+pub struct RecordingRelay {
+    config: serde_json::Value,
+    active: Arc<Mutex<Option<Recorder>>>,
+    /// Events taken off the subscription and dealt with (recorded or not).
+    seen: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RecordingRelay {
+    /// Starts relaying `events` (a `Delivery::Lossless` subscription) until it disconnects.
+    pub fn spawn(
+        events: Receiver<PipelineEvent>,
+        config: serde_json::Value,
+    ) -> anyhow::Result<Self> {
+        let active: Arc<Mutex<Option<Recorder>>> = Arc::default();
+        let slot = Arc::clone(&active);
+        let seen: Arc<AtomicU64> = Arc::default();
+        let counter = Arc::clone(&seen);
+        let thread = thread::Builder::new()
+            .name("record-relay".into())
+            .spawn(move || relay_loop(&events, &slot, &counter))
+            .context("starting the record-relay thread")?;
+        Ok(Self {
+            config,
+            active,
+            seen,
+            thread: Some(thread),
+        })
+    }
+
+    /// Starts recording into `path` (which must not exist); a recording in progress is
+    /// finished first.
+    pub fn start(&self, path: &Path) -> anyhow::Result<RecorderStatus> {
+        self.stop();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the directory {}", dir.display()))?;
+        }
+        let recorder = Recorder::create(path, &self.config, RecorderOptions::default())
+            .with_context(|| format!("starting a recording at {}", path.display()))?;
+        let status = recorder.status();
+        if let Ok(mut slot) = self.active.lock() {
+            *slot = Some(recorder);
+        }
+        Ok(status)
+    }
+
+    /// Starts recording into a new timestamped file in `dir`.
+    pub fn start_in(&self, dir: &Path) -> anyhow::Result<RecorderStatus> {
+        let path = new_session_path(dir, SystemTime::now())?;
+        self.start(&path)
+    }
+
+    /// Finishes the recording in progress (queue, index, footer) and says how it went.
+    pub fn stop(&self) -> Option<RecorderStatus> {
+        // Taken out under the lock, finished outside it: the relay goes on draining meanwhile.
+        let recorder = self.active.lock().ok()?.take()?;
+        Some(recorder.finish())
+    }
+
+    /// Events the relay has dealt with so far (whether or not a recording was active): lets a
+    /// caller know that what it sent before a toggle has been through.
+    pub fn events_seen(&self) -> u64 {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// How the recording in progress is going (`None`: not recording).
+    pub fn status(&self) -> Option<RecorderStatus> {
+        self.active.lock().ok()?.as_ref().map(Recorder::status)
+    }
+
+    /// Waits for the subscription to end (the pipeline stopped), then finishes any recording.
+    pub fn join(mut self) -> Option<RecorderStatus> {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.stop()
+    }
+}
+
+fn relay_loop(
+    events: &Receiver<PipelineEvent>,
+    active: &Mutex<Option<Recorder>>,
+    seen: &AtomicU64,
+) {
+    for event in events.iter() {
+        relay_one(event, active);
+        seen.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+fn relay_one(event: PipelineEvent, active: &Mutex<Option<Recorder>>) {
+    let Ok(slot) = active.lock() else { return };
+    let Some(recorder) = slot.as_ref() else {
+        return;
+    };
+    // The recorder counts and notes what it cannot take; nothing to do with the answer.
+    let _ = match event {
+        PipelineEvent::Frame(result) => recorder.offer(result),
+        PipelineEvent::Warning(w) => recorder.note(format!("warning: {w}")),
+        PipelineEvent::Error { stage, message } => {
+            recorder.note(format!("error ({stage}): {message}"))
+        }
+        PipelineEvent::SessionReset { reason } => recorder.note(format!("session reset: {reason}")),
+        PipelineEvent::InputEnded | PipelineEvent::Paused(_) | PipelineEvent::Stopped(_) => {
+            return;
+        }
+    };
+}
+
+/// `dir/session-YYYYMMDD-HHMMSS.srec` (UTC) that does not exist yet: a suffix `-2`, `-3`, …
+/// when two recordings start within a second.
+pub fn new_session_path(dir: &Path, now: SystemTime) -> anyhow::Result<PathBuf> {
+    let stamp = utc_stamp(now);
+    for n in 1..1000u32 {
+        let name = if n == 1 {
+            format!("session-{stamp}.srec")
+        } else {
+            format!("session-{stamp}-{n}.srec")
+        };
+        let path = dir.join(name);
+        if !path.exists() {
+            return Ok(path);
+        }
+    }
+    bail!("{}: too many sessions named session-{stamp}", dir.display())
+}
+
+/// `YYYYMMDD-HHMMSS` in UTC, from the civil-from-days algorithm (no date crate needed).
+fn utc_stamp(now: SystemTime) -> String {
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 fn default_input() -> InputSpec {
@@ -316,6 +540,7 @@ fn feed_pipeline(
     source: Box<dyn Source>,
     config: PipelineConfig,
     args: &ViewArgs,
+    recording: RecordingPlan,
     viewer: &Sender<ViewerEvent>,
     controls: &Receiver<ViewerControl>,
 ) {
@@ -339,6 +564,22 @@ fn feed_pipeline(
     let paged = config.layout == AttentionLayout::Paged;
     let mut outputs = Outputs::default();
     let events = outputs.subscribe(Delivery::Latest, 4);
+    let relay = match RecordingRelay::spawn(
+        outputs.subscribe(Delivery::Lossless, RECORD_QUEUE),
+        recording.config,
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = viewer.send(ViewerEvent::Notice(format!("{e:#}")));
+            let _ = viewer.send(ViewerEvent::InputEnded);
+            return;
+        }
+    };
+    // Before the pipeline starts, so the recording has the first frame.
+    if let Some(path) = &recording.at_launch {
+        let status = relay.start(path);
+        send_recording(viewer, status);
+    }
     let pipeline = match Pipeline::start(source, model, config, outputs) {
         Ok(p) => p,
         Err(e) => {
@@ -346,6 +587,9 @@ fn feed_pipeline(
                 "could not start the pipeline: {e}"
             )));
             let _ = viewer.send(ViewerEvent::InputEnded);
+            if let Some(status) = relay.join() {
+                let _ = viewer.send(ViewerEvent::Recording(Some(status)));
+            }
             return;
         }
     };
@@ -359,6 +603,7 @@ fn feed_pipeline(
         sliding_window: window,
         keyframe_interval,
     }));
+    let status_ticks = tick(RECORD_STATUS_EVERY);
     loop {
         select! {
             recv(events) -> event => {
@@ -381,8 +626,28 @@ fn feed_pipeline(
                     break;
                 }
             }
+            recv(status_ticks) -> _ => {
+                if let Some(status) = relay.status()
+                    && viewer.send(ViewerEvent::Recording(Some(status))).is_err()
+                {
+                    break;
+                }
+            }
             recv(controls) -> control => {
                 let Ok(control) = control else { break };
+                if let ViewerControl::Recording(on) = control {
+                    if on {
+                        let status = relay.start_in(&recording.dir);
+                        send_recording(viewer, status);
+                    } else {
+                        let finished = relay.stop();
+                        if let Some(s) = &finished {
+                            let _ = viewer.send(ViewerEvent::Status(recording_summary(s)));
+                        }
+                        let _ = viewer.send(ViewerEvent::Recording(None));
+                    }
+                    continue;
+                }
                 for c in to_pipeline(control, &mut policy) {
                     if !pipeline.send(c) {
                         break;
@@ -392,6 +657,43 @@ fn feed_pipeline(
         }
     }
     pipeline.stop_and_join();
+    // The pipeline has stopped, so the relay's subscription ends and the file can be closed.
+    if let Some(status) = relay.join() {
+        eprintln!("viewer: {}", recording_summary(&status));
+    }
+}
+
+/// Tells the window a recording started (or why it did not, unticking the toggle).
+fn send_recording(viewer: &Sender<ViewerEvent>, started: anyhow::Result<RecorderStatus>) {
+    match started {
+        Ok(status) => {
+            let _ = viewer.send(ViewerEvent::Recording(Some(status)));
+        }
+        Err(e) => {
+            let _ = viewer.send(ViewerEvent::Notice(format!("recording failed: {e:#}")));
+            let _ = viewer.send(ViewerEvent::Recording(None));
+        }
+    }
+}
+
+/// One line on a finished recording, for the status bar and the terminal.
+fn recording_summary(s: &RecorderStatus) -> String {
+    let mut line = format!(
+        "recorded {} frames to {} ({} bytes)",
+        s.frames_recorded,
+        s.path.display(),
+        s.bytes_written
+    );
+    if s.results_not_recorded > 0 {
+        line.push_str(&format!(
+            "; fell behind: {} not recorded",
+            s.results_not_recorded
+        ));
+    }
+    if let Some(e) = &s.error {
+        line.push_str(&format!("; {e}"));
+    }
+    line
 }
 
 /// The pipeline's requests for a viewer control. Layout, window and keyframe settings take
@@ -417,7 +719,7 @@ fn to_pipeline(control: ViewerControl, policy: &mut KeyframePolicy) -> Vec<Contr
             };
             vec![Control::SetKeyframePolicy(*policy), Control::Reset]
         }
-        // Nothing records yet; the toggle is disabled in the window.
+        // Recording is the feeder's (the relay), not the pipeline's.
         ViewerControl::Recording(_) => Vec::new(),
     }
 }

@@ -16,6 +16,7 @@ use super::history::StreamHistory;
 use super::panels::{self, ControlState, InputThumbnails};
 use crate::kvcache::CacheEvent;
 use crate::pipeline::FrameResult;
+use crate::record::RecorderStatus;
 
 /// Results ingested per repaint at most, so a burst from a file source cannot stall the UI.
 const MAX_RESULTS_PER_REPAINT: usize = 32;
@@ -108,6 +109,8 @@ pub struct ViewerApp {
     report: Arc<Mutex<ViewerReport>>,
     /// The newest result not yet turned into thumbnails (only the newest is shown).
     pending_thumbnail: Option<Arc<FrameResult>>,
+    /// The recording in progress, as last reported by the feeder.
+    pub recording: Option<RecorderStatus>,
 }
 
 impl ViewerApp {
@@ -130,7 +133,7 @@ impl ViewerApp {
         let controls = ControlState {
             connected: control.is_some(),
             recording_unavailable: (!options.recording_available)
-                .then(|| "recording arrives with the recorder".to_string()),
+                .then(|| "nothing to record here (the demo stream or a replay)".to_string()),
             ..ControlState::default()
         };
         let mut cloud = CloudView::new(render_state);
@@ -152,6 +155,7 @@ impl ViewerApp {
             screenshot: Arc::default(),
             report: Arc::default(),
             pending_thumbnail: None,
+            recording: None,
         }
     }
 
@@ -209,6 +213,11 @@ impl ViewerApp {
                 self.status = Some(format!("new session: {reason}"));
             }
             ViewerEvent::InputEnded => self.source_ended = true,
+            ViewerEvent::Recording(status) => {
+                // The toggle follows the truth (e.g. a recording that could not start).
+                self.controls.recording = status.is_some();
+                self.recording = status;
+            }
         }
     }
 
@@ -271,6 +280,16 @@ impl ViewerApp {
             if self.controls.paused {
                 ui.separator();
                 ui.colored_label(Color32::YELLOW, "paused");
+            }
+            if let Some(recording) = &self.recording {
+                ui.separator();
+                // A stopped recording is red: the live view goes on, the file does not.
+                let colour = if recording.error.is_some() {
+                    Color32::RED
+                } else {
+                    Color32::LIGHT_RED
+                };
+                ui.colored_label(colour, recording_line(recording));
             }
         });
     }
@@ -435,6 +454,26 @@ impl eframe::App for ViewerApp {
     }
 }
 
+/// The status bar's words for a recording: where, how much, what was lost, why it stopped.
+pub fn recording_line(s: &RecorderStatus) -> String {
+    let mut line = format!(
+        "\u{25CF} REC {}: {} frames, {:.1} MB",
+        s.path.display(),
+        s.frames_recorded,
+        s.bytes_written as f64 / 1e6
+    );
+    if s.results_not_recorded > 0 {
+        line.push_str(&format!(
+            ", fell behind: {} not recorded",
+            s.results_not_recorded
+        ));
+    }
+    if let Some(e) = &s.error {
+        line.push_str(&format!(" \u{2014} {e}"));
+    }
+    line
+}
+
 fn save_png(image: &egui::ColorImage, path: &std::path::Path) -> Result<(), ViewerError> {
     let err = |reason: String| ViewerError::Screenshot {
         path: path.to_path_buf(),
@@ -533,6 +572,36 @@ mod tests {
         assert_eq!(app.controls.keyframe_interval, 3);
         assert_eq!(app.options.notices, vec!["random weights".to_string()]);
         assert!(app.source_ended);
+    }
+
+    #[test]
+    fn recording_status_ticks_the_toggle_and_reads_in_the_status_bar() {
+        let (mut app, tx, _rx) = app();
+        let status = RecorderStatus {
+            path: PathBuf::from("sessions/a.srec"),
+            frames_recorded: 12,
+            results_not_recorded: 3,
+            bytes_written: 2_500_000,
+            error: Some("recording stopped: disk full".into()),
+        };
+        tx.send(ViewerEvent::Recording(Some(status.clone())))
+            .expect("open");
+        app.drain_events();
+        assert!(app.controls.recording);
+        let line = recording_line(&status);
+        assert!(line.contains("sessions/a.srec"), "{line}");
+        assert!(line.contains("12 frames"), "{line}");
+        assert!(line.contains("fell behind: 3 not recorded"), "{line}");
+        assert!(line.contains("disk full"), "{line}");
+        let fine = RecorderStatus {
+            results_not_recorded: 0,
+            error: None,
+            ..status
+        };
+        assert!(!recording_line(&fine).contains("fell behind"));
+        tx.send(ViewerEvent::Recording(None)).expect("open");
+        app.drain_events();
+        assert!(!app.controls.recording && app.recording.is_none());
     }
 
     #[test]

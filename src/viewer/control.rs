@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::pipeline::FrameResult;
+use crate::record::RecorderStatus;
 
 /// What the viewer receives, in order.
 #[derive(Debug, Clone)]
@@ -21,6 +22,8 @@ pub enum ViewerEvent {
     SessionReset(String),
     /// The input has no more frames.
     InputEnded,
+    /// How the recording is going (sent while one runs); `None`: not recording.
+    Recording(Option<RecorderStatus>),
 }
 
 /// What the pipeline controls show at start.
