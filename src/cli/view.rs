@@ -189,6 +189,7 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
         },
         recording_available: feeder.is_some(),
         point_budget: args.point_budget,
+        timeline: None,
     };
     let report = run_viewer(events_rx, Some(control_tx), options).context("running the viewer");
     // The window has closed, so the feeder's channels are gone and it is stopping the pipeline;
@@ -721,6 +722,8 @@ fn to_pipeline(control: ViewerControl, policy: &mut KeyframePolicy) -> Vec<Contr
         }
         // Recording is the feeder's (the relay), not the pipeline's.
         ViewerControl::Recording(_) => Vec::new(),
+        // A live stream has no timeline (the window shows it only in replay).
+        ViewerControl::Seek(_) | ViewerControl::Speed(_) => Vec::new(),
     }
 }
 

@@ -13,7 +13,7 @@ use super::cloud_view::CloudView;
 use super::control::{ViewerControl, ViewerEvent};
 use super::fps::FpsMeter;
 use super::history::StreamHistory;
-use super::panels::{self, ControlState, InputThumbnails};
+use super::panels::{self, ControlState, InputThumbnails, TimelineState};
 use crate::kvcache::CacheEvent;
 use crate::pipeline::FrameResult;
 use crate::record::RecorderStatus;
@@ -54,6 +54,8 @@ pub struct ViewerOptions {
     pub recording_available: bool,
     /// Most point sprites drawn per repaint (`None`: the default budget).
     pub point_budget: Option<u64>,
+    /// A replay: the timeline to show (scrub, play/pause, speed).
+    pub timeline: Option<TimelineState>,
 }
 
 /// What a run of the viewer did, for the command line to print.
@@ -134,6 +136,7 @@ impl ViewerApp {
             connected: control.is_some(),
             recording_unavailable: (!options.recording_available)
                 .then(|| "nothing to record here (the demo stream or a replay)".to_string()),
+            timeline: options.timeline.clone(),
             ..ControlState::default()
         };
         let mut cloud = CloudView::new(render_state);
@@ -192,7 +195,12 @@ impl ViewerApp {
 
     pub fn handle_event(&mut self, event: ViewerEvent) {
         match event {
-            ViewerEvent::Frame(result) => self.ingest(result),
+            ViewerEvent::Frame(result) => {
+                // A replay that was at its end and seeks back has frames again (and needs
+                // repaints again).
+                self.source_ended = false;
+                self.ingest(result);
+            }
             ViewerEvent::Notice(notice) => {
                 if !self.options.notices.contains(&notice) {
                     self.options.notices.push(notice);
@@ -326,6 +334,17 @@ impl ViewerApp {
 
     fn left_panel_ui(&mut self, ui: &mut egui::Ui) {
         egui::ScrollArea::vertical().show(ui, |ui| {
+            if let Some(timeline) = &mut self.controls.timeline {
+                ui.heading("Replay");
+                let newest = self.history.latest_frame();
+                let messages = ui
+                    .add_enabled_ui(self.controls.connected, |ui| {
+                        panels::replay_timeline_ui(ui, timeline, &mut self.controls.paused, newest)
+                    })
+                    .inner;
+                self.send(messages);
+                ui.separator();
+            }
             ui.heading("Pipeline");
             let messages = panels::controls_ui(ui, &mut self.controls);
             self.send(messages);

@@ -35,7 +35,8 @@ pub struct StreamSettings {
     pub keyframe_interval: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+// Not `Eq`: `Speed` carries a factor.
+#[derive(Debug, Clone, PartialEq)]
 pub enum ViewerControl {
     Pause(bool),
     /// Clear the cache and start the reconstruction over.
@@ -45,4 +46,8 @@ pub enum ViewerControl {
     SlidingWindow(usize),
     KeyframeInterval(u32),
     Recording(bool),
+    /// Replay only: show the session as it was at this stream frame, then play on from it.
+    Seek(u64),
+    /// Replay only: 1.0 the recorded pace, 2.0 twice as fast; 0 as fast as possible.
+    Speed(f64),
 }

@@ -18,6 +18,8 @@ pub struct ControlState {
     pub recording_unavailable: Option<String>,
     /// Whether anything listens to the messages (false: controls are shown disabled).
     pub connected: bool,
+    /// Replay only: the timeline (`None`: a live stream, no timeline shown).
+    pub timeline: Option<TimelineState>,
 }
 
 impl Default for ControlState {
@@ -30,8 +32,77 @@ impl Default for ControlState {
             recording: false,
             recording_unavailable: Some("recording arrives with the recorder".to_string()),
             connected: false,
+            timeline: None,
         }
     }
+}
+
+/// The replay timeline: which frames the session holds and where the person wants to be.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineState {
+    /// First and last stream frame of the session (as played).
+    pub first_frame: u64,
+    pub last_frame: u64,
+    /// Where the slider stands: follows the newest frame shown unless it is being dragged.
+    pub frame: u64,
+    /// 1.0 the recorded pace; 0 as fast as possible.
+    pub speed: f64,
+}
+
+/// The speeds offered, with their labels; 0 is "as fast as possible".
+pub const REPLAY_SPEEDS: [(f64, &str); 6] = [
+    (0.25, "0.25×"),
+    (0.5, "0.5×"),
+    (1.0, "1×"),
+    (2.0, "2×"),
+    (4.0, "4×"),
+    (0.0, "max"),
+];
+
+/// The replay timeline: play/pause, a slider over the session's frames to scrub, and speed.
+/// `newest` is the newest frame on screen (the slider follows it while not dragged).
+pub fn replay_timeline_ui(
+    ui: &mut egui::Ui,
+    state: &mut TimelineState,
+    paused: &mut bool,
+    newest: Option<u64>,
+) -> Vec<ViewerControl> {
+    let mut out = Vec::new();
+    ui.horizontal(|ui| {
+        let label = if *paused { "Play" } else { "Pause" };
+        if ui.button(label).clicked() {
+            *paused = !*paused;
+            out.push(ViewerControl::Pause(*paused));
+        }
+        ui.label("speed");
+        for (speed, label) in REPLAY_SPEEDS {
+            if ui
+                .selectable_label(state.speed == speed, label)
+                .on_hover_text(if speed == 0.0 {
+                    "as fast as possible"
+                } else {
+                    "of the recorded pace"
+                })
+                .clicked()
+                && state.speed != speed
+            {
+                state.speed = speed;
+                out.push(ViewerControl::Speed(speed));
+            }
+        }
+    });
+    let slider = ui.add(
+        egui::Slider::new(&mut state.frame, state.first_frame..=state.last_frame).text("frame"),
+    );
+    // Seek once, when the scrub ends: each seek rebuilds the view from the first frame.
+    if slider.drag_stopped() || (slider.changed() && !slider.dragged()) {
+        out.push(ViewerControl::Seek(state.frame));
+    } else if !slider.dragged()
+        && let Some(newest) = newest
+    {
+        state.frame = newest.clamp(state.first_frame, state.last_frame);
+    }
+    out
 }
 
 /// Shows the controls and returns the messages the user's changes call for.

@@ -8,7 +8,10 @@ pub mod memory;
 pub mod page_map;
 pub mod timeline;
 
-pub use controls::{ColourMode, ControlState, RenderSettings, controls_ui, render_settings_ui};
+pub use controls::{
+    ColourMode, ControlState, REPLAY_SPEEDS, RenderSettings, TimelineState, controls_ui,
+    render_settings_ui, replay_timeline_ui,
+};
 pub use input::{InputThumbnails, input_ui};
 pub use latency::latency_ui;
 pub use memory::{GpuPointStats, memory_ui};
