@@ -473,10 +473,11 @@ impl eframe::App for ViewerApp {
     }
 }
 
-/// The status bar's words for a recording: where, how much, what was lost, why it stopped.
+/// The status bar's words for a recording: where, how much, what was lost, why it stopped
+/// (plain "REC": egui's default fonts have no record dot).
 pub fn recording_line(s: &RecorderStatus) -> String {
     let mut line = format!(
-        "\u{25CF} REC {}: {} frames, {:.1} MB",
+        "REC {}: {} frames, {:.1} MB",
         s.path.display(),
         s.frames_recorded,
         s.bytes_written as f64 / 1e6

@@ -91,6 +91,8 @@ pub fn replay_timeline_ui(
             }
         }
     });
+    // As wide as the panel allows: one pixel per frame is what makes scrubbing precise.
+    ui.spacing_mut().slider_width = (ui.available_width() - 110.0).max(80.0);
     let slider = ui.add(
         egui::Slider::new(&mut state.frame, state.first_frame..=state.last_frame).text("frame"),
     );
