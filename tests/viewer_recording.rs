@@ -1,13 +1,18 @@
 //! `view`'s recording relay: results relayed from a lossless subscription reach a session file
 //! that reads back, toggling off finishes the file (index present), results offered while not
-//! recording are not in any file, and resets are written down as notices.
+//! recording are not in any file, and resets are written down as notices; on a real pipeline
+//! (tiny random model) every frame is recorded while the window's stream may drop.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::unbounded;
+use streamrecon::capture::{SyntheticScene, SyntheticSource};
 use streamrecon::cli::view::{RecordingRelay, new_session_path};
-use streamrecon::pipeline::PipelineEvent;
+use streamrecon::model::{GctModel, ModelConfig};
+use streamrecon::pipeline::{
+    CpuFrameModel, Delivery, Outputs, Pipeline, PipelineConfig, PipelineEvent,
+};
 use streamrecon::record::sample::sample_result;
 use streamrecon::record::{Parts, SessionReader};
 
@@ -135,4 +140,53 @@ fn session_names_are_utc_timestamps_and_unique() {
         b.file_name().and_then(|n| n.to_str()),
         Some("session-20240229-134507-2.srec")
     );
+}
+
+#[test]
+fn a_real_pipeline_is_recorded_through_the_relay_while_the_window_stream_may_drop() {
+    let cfg = ModelConfig::tiny();
+    let store = streamrecon::model::weights::random::random_store(&cfg, 0).expect("weights");
+    let model = Arc::new(CpuFrameModel::new(
+        GctModel::from_store(cfg, store).expect("model"),
+    ));
+    let source = Box::new(SyntheticSource::new(SyntheticScene {
+        frames: Some(6),
+        ..SyntheticScene::default()
+    }));
+    // The same two subscriptions `view` makes: the window's (lossy) and the relay's.
+    let mut outputs = Outputs::default();
+    let window = outputs.subscribe(Delivery::Latest, 1);
+    let relay = RecordingRelay::spawn(
+        outputs.subscribe(Delivery::Lossless, 8),
+        serde_json::json!({ "command": "test" }),
+    )
+    .expect("spawn");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("live.srec");
+    relay.start(&path).expect("start");
+    let pipeline =
+        Pipeline::start(source, model, PipelineConfig::default(), outputs).expect("pipeline");
+    let mut produced = Vec::new();
+    for event in window.iter() {
+        match event {
+            PipelineEvent::Frame(r) => produced.push(r.frame),
+            PipelineEvent::Stopped(_) | PipelineEvent::InputEnded => break,
+            _ => {}
+        }
+    }
+    pipeline.stop_and_join();
+    let status = relay.join().expect("was recording");
+    assert_eq!(status.error, None);
+    assert_eq!(status.results_not_recorded, 0);
+    assert_eq!(status.frames_recorded, 6);
+    let reader = SessionReader::open(&path).expect("reads back");
+    assert!(reader.indexed());
+    let recorded: Vec<u64> = reader.frames().iter().map(|f| f.frame).collect();
+    assert_eq!(
+        recorded,
+        (0..6).collect::<Vec<u64>>(),
+        "every frame, in order"
+    );
+    // The window's stream is a subset (it may drop); the recording never is.
+    assert!(produced.iter().all(|f| recorded.contains(f)));
 }
