@@ -128,6 +128,15 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
     if args.point_stride == 0 {
         bail!("--point-stride must be at least 1");
     }
+    // Said now rather than as a notice in a window that then records nothing.
+    if let Some(path) = &args.record
+        && path.exists()
+    {
+        bail!(
+            "--record {}: the file exists (a recording never overwrites)",
+            path.display()
+        );
+    }
     let (events_tx, events_rx) = bounded::<ViewerEvent>(VIEWER_QUEUE);
     let (control_tx, control_rx) = unbounded::<ViewerControl>();
     let mut feeder = None;
@@ -806,6 +815,21 @@ mod tests {
         assert_eq!(policy.rule, KeyframeRule::Fixed { interval: 3 });
         assert_eq!(requests.last(), Some(&Control::Reset));
         assert!(to_pipeline(ViewerControl::Recording(true), &mut policy).is_empty());
+    }
+
+    #[test]
+    fn record_refuses_an_existing_file_before_any_window_opens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let taken = dir.path().join("taken.srec");
+        std::fs::write(&taken, b"keep").expect("write");
+        let args = ViewArgs {
+            record: Some(taken.clone()),
+            ..ViewArgs::default()
+        };
+        let err = run(args).expect_err("refused");
+        assert!(err.to_string().contains("exists"), "{err}");
+        assert_eq!(std::fs::read(&taken).expect("read"), b"keep");
+        assert_eq!(ViewArgs::default().record_dir, PathBuf::from("sessions"));
     }
 
     #[test]
