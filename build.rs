@@ -39,8 +39,8 @@ fn main() {
         Some(nvcc) => {
             for src in &sources {
                 let name = src.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-                // `*_sm90.cu` use wgmma: Hopper only, built as sm_90a (the registry agrees).
-                let target = match (name.ends_with("_sm90"), arch) {
+                // `*_sm90*.cu` use wgmma: Hopper only, built as sm_90a (the registry agrees).
+                let target = match (name.contains("_sm90"), arch) {
                     (true, 90) => "90a".to_owned(),
                     (true, _) => continue,
                     (false, a) => a.to_string(),

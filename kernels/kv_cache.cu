@@ -14,7 +14,10 @@ typedef unsigned long long u64;
 // to `page`, slots [slot, slot + len). blockIdx.y = run; grid-stride over that run's chunks.
 extern "C" __global__ void kv_write_runs(const u16* __restrict__ k, const u16* __restrict__ v,
                                          u16* __restrict__ pool, const u32* __restrict__ runs,
-                                         u32 page_size, u32 heads) {
+                                         const u32* __restrict__ n_runs_ptr, u32 page_size, u32 heads) {
+    // The grid covers the table's capacity; the step's run count is read from the device so a
+    // captured CUDA graph stays valid as the plan changes.
+    if (blockIdx.y >= __ldg(n_runs_ptr)) return;
     const u32* run = runs + 4 * blockIdx.y;
     const u32 src_token = run[0], page = run[1], slot = run[2], len = run[3];
     const u32 chunks_per_token = heads * (HEAD_DIM / 8);

@@ -103,8 +103,9 @@ __device__ __forceinline__ u32 find_page(const u32* __restrict__ cum, u32 n_page
 extern "C" __global__ void __launch_bounds__(NUM_THREADS, 2)
 paged_attention_fwd(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
                     float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
-                    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages,
-                    u32 lq, u32 heads, u32 tiles_per_split, u32 n_splits, float scale_log2) {
+                    const u32* __restrict__ indices, const u32* __restrict__ cum,
+                    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits,
+                    float scale_log2) {
     extern __shared__ __align__(128) unsigned char smem[];
     u16* sq = (u16*)smem;                          // [BLOCK_M][64]
     u16* skv = sq + BLOCK_M * HEAD_DIM;            // [2 stages][K|V][BLOCK_N][64]
@@ -115,11 +116,16 @@ paged_attention_fwd(const u16* __restrict__ q, u16* __restrict__ out, float* __r
     const u32 q0 = blockIdx.x * BLOCK_M;
     const u32 split = blockIdx.y;
     const u32 h = blockIdx.z;
+    // The table's size is read here, not passed by the host, so a captured CUDA graph can be
+    // replayed as the cache grows; the split size follows from it.
+    const u32 n_pages = __ldg(n_pages_ptr);
     const u32 kv_len = __ldg(cum + n_pages);
+    const u32 tiles_per_split = ((kv_len + BLOCK_N - 1) / BLOCK_N + n_splits - 1) / n_splits;
     const u32 kv_begin = split * tiles_per_split * BLOCK_N;
     u32 kv_end = kv_begin + tiles_per_split * BLOCK_N;
     if (kv_end > kv_len) kv_end = kv_len;
-    const u32 n_tiles = (kv_end - kv_begin + BLOCK_N - 1) / BLOCK_N;
+    // An empty split (more splits than tiles) writes an empty partial: LSE -inf.
+    const u32 n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + BLOCK_N - 1) / BLOCK_N : 0;
 
     const u64 tok_stride = (u64)heads * HEAD_DIM;          // elements between slots
     const u64 v_offset = (u64)page_size * tok_stride;      // K -> V within a page

@@ -113,8 +113,8 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float* d, u64 desc_a, u64 de
 template <int WGS>
 __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
     float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
-    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
-    u32 tiles_per_split, u32 n_splits, float scale_log2) {
+    const u32* __restrict__ indices, const u32* __restrict__ cum, const u32* __restrict__ n_pages_ptr,
+    u32 lq, u32 heads, u32 n_splits, float scale_log2) {
     constexpr u32 kBlockM = 64 * WGS;
     constexpr u32 kThreads = 128 * WGS;
     constexpr int kLoadRows = (BN_WIDE * ROW_CHUNKS) / kThreads;
@@ -133,12 +133,16 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
     const u32 q0 = blockIdx.x * kBlockM;
     const u32 split = blockIdx.y;
     const u32 h = blockIdx.z;
+    // The table's size is read here, not passed by the host, so a captured CUDA graph can be
+    // replayed as the cache grows; splits are whole 128-key tiles.
+    const u32 n_pages = __ldg(n_pages_ptr);
     const u32 kv_len = __ldg(cum + n_pages);
-    // Splits are counted in 64-key units by the host; this kernel walks them 128 at a time.
-    const u32 kv_begin = split * tiles_per_split * BLOCK_N;
-    u32 kv_end = kv_begin + tiles_per_split * BLOCK_N;
+    const u32 tiles_per_split = ((kv_len + BN_WIDE - 1) / BN_WIDE + n_splits - 1) / n_splits;
+    const u32 kv_begin = split * tiles_per_split * BN_WIDE;
+    u32 kv_end = kv_begin + tiles_per_split * BN_WIDE;
     if (kv_end > kv_len) kv_end = kv_len;
-    const u32 n_tiles = (kv_end - kv_begin + BN_WIDE - 1) / BN_WIDE;
+    // An empty split (more splits than tiles) writes an empty partial: LSE -inf.
+    const u32 n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + BN_WIDE - 1) / BN_WIDE : 0;
 
     // 32-bit strides (the host checks that a page, K and V, has fewer than 2^32 elements): the
     // kernel is at its register cap, and 64-bit constants cost two registers each.
@@ -321,8 +325,8 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
 
 extern "C" __global__ void __launch_bounds__(256, 2) paged_attention_fwd_sm90_wide(const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
     float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
-    const u32* __restrict__ indices, const u32* __restrict__ cum, u32 n_pages, u32 lq, u32 heads,
-    u32 tiles_per_split, u32 n_splits, float scale_log2) {
-    wide_body<2>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages, lq, heads,
-                 tiles_per_split, n_splits, scale_log2);
+    const u32* __restrict__ indices, const u32* __restrict__ cum, const u32* __restrict__ n_pages_ptr,
+    u32 lq, u32 heads, u32 n_splits, float scale_log2) {
+    wide_body<2>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages_ptr, lq, heads,
+                 n_splits, scale_log2);
 }

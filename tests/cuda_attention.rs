@@ -87,7 +87,7 @@ fn check(dev: &CudaDevice, case: &Case, kernel: AttentionKernel, seed: u64) -> f
         page_size: case.page_size as u32,
         indices: cache.indices(),
         cum: cache.cum(),
-        n_pages: indices.len() as u32,
+        n_pages: cache.n_pages_on_device(),
         kv_len: cache.kv_len(),
     };
     gpu_paged_attention(

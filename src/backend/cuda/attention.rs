@@ -147,7 +147,10 @@ pub struct PagedKv<'a> {
     pub page_size: u32,
     pub indices: CudaView<'a, u32>,
     pub cum: CudaView<'a, u32>,
-    pub n_pages: u32,
+    /// One u32 on the device: the number of visible pages (read by the kernel, so a captured
+    /// graph follows the table as it changes).
+    pub n_pages: CudaView<'a, u32>,
+    /// Visible keys as the host last uploaded them: sizes the key splits.
     pub kv_len: u32,
 }
 
@@ -190,7 +193,7 @@ pub fn paged_attention(
     }
     let q_tiles = lq.div_ceil(kernel.block_m());
     let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
-    let wanted = opts
+    let n_splits = opts
         .splits
         .unwrap_or_else(|| {
             choose_splits(
@@ -202,9 +205,8 @@ pub fn paged_attention(
             )
         })
         .clamp(1, kv_tiles);
-    // Every split gets at least one tile.
-    let tiles_per_split = kv_tiles.div_ceil(wanted);
-    let n_splits = kv_tiles.div_ceil(tiles_per_split);
+    // The kernel sizes the splits from the device's table; a split left without keys writes an
+    // empty partial, which the combine ignores.
     ws.reserve(dev, lq, heads, n_splits)?;
 
     let fwd = dev.kernels.get(kernel.entry())?;
@@ -215,7 +217,7 @@ pub fn paged_attention(
     )?;
     let scale_log2 = (1.0 / (HEAD_DIM as f32).sqrt()) * std::f32::consts::LOG2_E;
     let (lq32, heads32) = (lq as u32, heads as u32);
-    let (tps32, ns32) = (tiles_per_split as u32, n_splits as u32);
+    let ns32 = n_splits as u32;
     let cfg = LaunchConfig {
         grid_dim: (q_tiles as u32, ns32, heads32),
         block_dim: (kernel.threads(), 1, 1),
@@ -233,7 +235,6 @@ pub fn paged_attention(
         .arg(&kv.n_pages)
         .arg(&lq32)
         .arg(&heads32)
-        .arg(&tps32)
         .arg(&ns32)
         .arg(&scale_log2);
     // SAFETY: arguments match both attention kernels; sizes checked above; the page table was
@@ -279,7 +280,7 @@ pub fn cache_attention(
         page_size: g.page_size as u32,
         indices: cache.indices(),
         cum: cache.cum(),
-        n_pages: cache.n_pages() as u32,
+        n_pages: cache.n_pages_on_device(),
         kv_len: cache.kv_len(),
     };
     paged_attention(dev, q, out, &kv, lq, g.heads, opts, ws)
@@ -290,7 +291,7 @@ pub fn cache_attention(
 /// tensors), then attended as a single page.
 pub struct DenseBaseline {
     buf: CudaSlice<bf16>,
-    /// `[index 0][cum 0, kv_len]`: the contiguous buffer as one page.
+    /// `[n_pages 1][index 0][cum 0, kv_len]`: the contiguous buffer as one page.
     table: CudaSlice<u32>,
     table_kv_len: u32,
 }
@@ -301,7 +302,7 @@ impl DenseBaseline {
             buf: dev
                 .stream
                 .alloc_zeros::<bf16>((2 * max_tokens * heads * HEAD_DIM).max(1))?,
-            table: dev.stream.alloc_zeros::<u32>(3)?,
+            table: dev.stream.alloc_zeros::<u32>(4)?,
             table_kv_len: 0,
         })
     }
@@ -322,7 +323,7 @@ impl DenseBaseline {
         }
         if self.table_kv_len != kv_len {
             dev.stream
-                .memcpy_htod(&[0u32, 0, kv_len], &mut self.table)?;
+                .memcpy_htod(&[1u32, 0, 0, kv_len], &mut self.table)?;
             self.table_kv_len = kv_len;
         }
         if cache.n_pages() == 0 {
@@ -368,9 +369,9 @@ impl DenseBaseline {
         let kv = PagedKv {
             pool: self.buf.as_view(),
             page_size: self.table_kv_len,
-            indices: self.table.slice(0..1),
-            cum: self.table.slice(1..3),
-            n_pages: 1,
+            indices: self.table.slice(1..2),
+            cum: self.table.slice(2..4),
+            n_pages: self.table.slice(0..1),
             kv_len: self.table_kv_len,
         };
         paged_attention(dev, q, out, &kv, lq, heads, opts, ws)

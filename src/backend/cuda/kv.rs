@@ -14,6 +14,7 @@
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use half::bf16;
 
+use super::arena::DevPtr;
 use super::{CudaDevice, CudaError};
 use crate::kvcache::{PageTable, StepPlan};
 
@@ -96,7 +97,16 @@ pub struct DeviceKvCache {
     n_pages: usize,
     n_runs: usize,
     kv_len: u32,
+    /// Scalars a model step reads on the device, sent with the next upload (see [`HEADER`]).
+    step_scalars: [u32; HEADER - 2],
+    /// A CUDA graph captured the table's addresses: it must not be reallocated any more.
+    frozen: bool,
 }
+
+/// u32 slots before the page ids: `[n_pages, n_runs, step scalars...]`. Kernels read the sizes
+/// from here, and the model its per-step scalars (3D RoPE frame index, camera cache length), so one
+/// small copy per frame carries everything that changes and a captured graph stays valid.
+pub const HEADER: usize = 8;
 
 impl DeviceKvCache {
     /// Allocates the pools (zeroed) and the page table. `run_capacity` bounds the writes of one
@@ -122,11 +132,54 @@ impl DeviceKvCache {
             n_pages: 0,
             n_runs: 0,
             kv_len: 0,
+            step_scalars: [0; HEADER - 2],
+            frozen: false,
         })
     }
 
     fn table_len(max_pages: usize, run_capacity: usize) -> usize {
-        max_pages + (max_pages + 1) + 4 * run_capacity
+        HEADER + max_pages + (max_pages + 1) + 4 * run_capacity
+    }
+
+    /// The device u32 holding the number of visible pages.
+    pub fn n_pages_on_device(&self) -> CudaView<'_, u32> {
+        self.table.slice(0..1)
+    }
+
+    /// Step scalar `i` (0..HEADER-2) on the device, as a raw pointer for the model's kernels.
+    pub fn step_scalar_ptr(&self, i: usize) -> Result<DevPtr<u32>, CudaError> {
+        if i >= HEADER - 2 {
+            return Err(CudaError::Invalid(format!(
+                "step scalar {i} out of range (0..{})",
+                HEADER - 2
+            )));
+        }
+        DevPtr::of(&self.table).slice(2 + i, 1)
+    }
+
+    /// Sets the step scalars sent with the next upload.
+    pub fn set_step_scalars(&mut self, values: &[u32]) -> Result<(), CudaError> {
+        if values.len() > HEADER - 2 {
+            return Err(CudaError::Invalid(format!(
+                "{} step scalars, at most {}",
+                values.len(),
+                HEADER - 2
+            )));
+        }
+        self.step_scalars = [0; HEADER - 2];
+        self.step_scalars[..values.len()].copy_from_slice(values);
+        Ok(())
+    }
+
+    /// From now on the table keeps its addresses (a CUDA graph holds them): a step that needs more
+    /// write runs than allocated is an error instead of a reallocation.
+    pub fn freeze(&mut self) {
+        self.frozen = true;
+    }
+
+    /// Write runs the table holds (the grid size of the K/V write kernel).
+    pub fn run_capacity(&self) -> usize {
+        self.run_capacity
     }
 
     pub fn geometry(&self) -> &KvGeometry {
@@ -209,6 +262,13 @@ impl DeviceKvCache {
             }
         }
         if step.runs.len() > self.run_capacity {
+            if self.frozen {
+                return Err(CudaError::Invalid(format!(
+                    "{} write runs in one step, the captured table holds {}",
+                    step.runs.len(),
+                    self.run_capacity
+                )));
+            }
             self.run_capacity = step.runs.len().next_power_of_two();
             let len = Self::table_len(g.max_pages, self.run_capacity);
             self.table = dev.stream.alloc_zeros::<u32>(len)?;
@@ -216,12 +276,16 @@ impl DeviceKvCache {
         }
 
         let m = g.max_pages;
-        self.host_table[..step.indices.len()].copy_from_slice(step.indices);
+        self.host_table[0] = step.indices.len() as u32;
+        self.host_table[1] = step.runs.len() as u32;
+        self.host_table[2..HEADER].copy_from_slice(&self.step_scalars);
+        let t = &mut self.host_table[HEADER..];
+        t[..step.indices.len()].copy_from_slice(step.indices);
         let mut total: u64 = 0;
-        self.host_table[m] = 0;
+        t[m] = 0;
         for (i, &l) in step.page_lens.iter().enumerate() {
             total += l as u64;
-            self.host_table[m + 1 + i] = total as u32;
+            t[m + 1 + i] = total as u32;
         }
         if total > u32::MAX as u64 {
             return Err(CudaError::Invalid(format!(
@@ -229,7 +293,7 @@ impl DeviceKvCache {
             )));
         }
         for (i, r) in step.runs.iter().enumerate() {
-            self.host_table[2 * m + 1 + 4 * i..2 * m + 1 + 4 * i + 4].copy_from_slice(r);
+            t[2 * m + 1 + 4 * i..2 * m + 1 + 4 * i + 4].copy_from_slice(r);
         }
         dev.stream.memcpy_htod(&self.host_table, &mut self.table)?;
         self.n_pages = step.indices.len();
@@ -286,7 +350,8 @@ impl DeviceKvCache {
             ));
         }
         let n = self.n_runs;
-        let host_runs = &self.host_table[2 * g.max_pages + 1..2 * g.max_pages + 1 + 4 * n];
+        let first_run = HEADER + 2 * g.max_pages + 1;
+        let host_runs = &self.host_table[first_run..first_run + 4 * n];
         if let Some(r) = host_runs
             .chunks(4)
             .find(|r| r[0] as usize + r[3] as usize > tokens)
@@ -295,23 +360,21 @@ impl DeviceKvCache {
                 "write run {r:?} reads past {tokens} tokens"
             )));
         }
-        let longest = host_runs
-            .chunks(4)
-            .map(|r| r[3] as usize)
-            .max()
-            .unwrap_or(0);
-        let chunks = longest * row / 8;
+        // Sized by the step's tokens, not its runs, and over the table's whole run capacity (the
+        // kernel reads the run count): a captured graph then fits every later step of this size.
+        let chunks = tokens * row / 8;
         let threads = 256u32;
         let blocks = chunks.div_ceil(threads as usize).clamp(1, 4096) as u32;
         let (page_size, heads) = (g.page_size as u32, g.heads as u32);
         let f = dev.kernels.get("kv_write_runs")?;
-        let runs = self.table.slice(2 * g.max_pages + 1..);
+        let runs = self.table.slice(first_run..);
+        let n_runs = self.table.slice(1..2);
         let pool = self
             .pools
             .get_mut(layer)
             .ok_or_else(|| CudaError::Invalid(format!("layer {layer} out of range")))?;
         let cfg = LaunchConfig {
-            grid_dim: (blocks, n as u32, 1),
+            grid_dim: (blocks, self.run_capacity as u32, 1),
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -320,6 +383,7 @@ impl DeviceKvCache {
             .arg(v)
             .arg(pool)
             .arg(&runs)
+            .arg(&n_runs)
             .arg(&page_size)
             .arg(&heads);
         // SAFETY: argument list matches kv_write_runs; runs were validated against the pool and

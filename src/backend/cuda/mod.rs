@@ -6,11 +6,14 @@
 //! - [`kv`]: the paged K/V pools and the device page table, driven by the host's page plan.
 //! - [`attention`]: the paged attention kernel, split-KV, and the dense (concatenating) baseline.
 
+pub mod arena;
 pub mod attention;
 pub mod device;
 mod error;
+pub mod gemm;
 pub mod kv;
 pub mod nvrtc;
+pub mod ops;
 pub mod registry;
 
 pub use attention::{

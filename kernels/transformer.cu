@@ -1,0 +1,331 @@
+// Elementwise and normalisation kernels of the GPU transformer blocks (DINO ViT-L, aggregator
+// frame/global blocks). The GEMMs are cuBLASLt's and attention is paged_attention.cu: what is left
+// is LayerNorm, LayerScale residuals, exact GELU, the q/k/v split with qk-norm and RoPE, DINO's
+// patchify / token assembly and a few copies. Host side: src/backend/cuda/ops.rs.
+//
+// Storage: bf16 as u16 bits, f32 for residual streams; all math in f32, every bf16 output rounded
+// once (round to nearest even). Activations are token-major [tokens][channels].
+// No CUDA headers are included so that NVRTC compiles this file with no include path.
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+
+// Round to nearest even; NaN stays NaN (the PTX conversion handles it).
+__device__ __forceinline__ u16 f32_to_bf16(float x) {
+    u16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 16);
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v;
+}
+
+// Sum over the whole CTA (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. `scratch` holds 32 floats; the leading barrier makes it reusable back to back.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = lane < warps ? scratch[lane] : 0.f;
+    return warp_sum(t);
+}
+
+// Exact GELU, x/2 (1 + erf(x / sqrt 2)), as PyTorch's default (not the tanh form).
+__device__ __forceinline__ float gelu_erf(float x) {
+    return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+}
+
+#define GRID_STRIDE(i, n) \
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm over rows of `cols` f32 values. One CTA of LN_THREADS per row; each thread keeps its
+// LN_PER_THREAD values in registers (cols <= LN_THREADS * LN_PER_THREAD = 2048, checked by the
+// host). Two passes like the CPU code: mean, then the mean of (x - mean)^2 (biased variance).
+// weight / bias may be null (no affine). Output bf16 (out_bf16 != 0) or f32, [rows][cols].
+
+#define LN_THREADS 256
+#define LN_PER_THREAD 8
+
+extern "C" __global__ void __launch_bounds__(LN_THREADS)
+layer_norm_rows(const float* __restrict__ x, u32 cols, const float* __restrict__ weight,
+                const float* __restrict__ bias, float eps, void* __restrict__ out, u32 out_bf16) {
+    __shared__ float scratch[32];
+    const u64 row = blockIdx.x;
+    const float* xr = x + row * cols;
+    float v[LN_PER_THREAD];
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < LN_PER_THREAD; ++k) {
+        const u32 c = threadIdx.x + k * LN_THREADS;
+        v[k] = c < cols ? xr[c] : 0.f;
+        sum += v[k];
+    }
+    const float mean = block_sum(sum, scratch) / (float)cols;
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < LN_PER_THREAD; ++k) {
+        const u32 c = threadIdx.x + k * LN_THREADS;
+        const float d = v[k] - mean;
+        sq += c < cols ? d * d : 0.f;
+    }
+    const float var = block_sum(sq, scratch) / (float)cols;
+    const float inv = 1.f / sqrtf(var + eps);
+#pragma unroll
+    for (int k = 0; k < LN_PER_THREAD; ++k) {
+        const u32 c = threadIdx.x + k * LN_THREADS;
+        if (c >= cols) continue;
+        float y = (v[k] - mean) * inv;
+        if (weight) y *= weight[c];
+        if (bias) y += bias[c];
+        if (out_bf16) {
+            ((u16*)out)[row * cols + c] = f32_to_bf16(y);
+        } else {
+            ((float*)out)[row * cols + c] = y;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// LayerScale residual: resid[r][c] += gamma[c] * y[r][c].
+
+extern "C" __global__ void residual_add_scaled(float* __restrict__ resid, const u16* __restrict__ y,
+                                               const float* __restrict__ gamma, u32 cols, u64 n) {
+    GRID_STRIDE(i, n) { resid[i] += gamma[i % cols] * bf16_to_f32(y[i]); }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact GELU in place on bf16, and the same after adding a bf16 bias per column (one rounding).
+
+extern "C" __global__ void gelu_erf_bf16(u16* __restrict__ x, u64 n) {
+    GRID_STRIDE(i, n) { x[i] = f32_to_bf16(gelu_erf(bf16_to_f32(x[i]))); }
+}
+
+extern "C" __global__ void add_bias_gelu_erf_bf16(u16* __restrict__ x, const u16* __restrict__ bias,
+                                                  u32 cols, u64 n) {
+    GRID_STRIDE(i, n) {
+        const float v = bf16_to_f32(x[i]) + bf16_to_f32(bias[i % cols]);
+        x[i] = f32_to_bf16(gelu_erf(v));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// q/k/v split, per-head LayerNorm(64) of q and k, RoPE, bf16 out.
+//
+// qkv: [n][3][heads][64] bf16 (the Linear(C, 3C) output); q, k, v: [n][heads][64] bf16.
+// One warp per (token, head): lane l holds dims 2l and 2l+1 (one 32-bit load per tensor, 128
+// contiguous bytes per warp). Normalisation and rotation in f32, one rounding at the end.
+//
+// Token n is token t = n % tokens_per_frame of local frame s = n / tokens_per_frame. t < 6: the
+// special tokens; t >= 6: patch p = t - 6 at row p / grid_w, column p % grid_w.
+//
+// rope_mode 1, 2D (frame blocks): positions specials (0, 0), patches (r + 1, c + 1). Rotate-half
+//   within each 32-dim half (dims 0-31 by the row, 32-63 by the column): dim j of a half pairs
+//   with j + 16 at frequency j % 16. With lane l holding dims 2l, 2l+1, the partner dims live in
+//   lane l ^ 8 at the same register slot. Table: float2 (cos, sin) [position][16].
+// rope_mode 2, 3D video (global blocks): positions specials (f, t, t), patches (f, 6 + r, 6 + c),
+//   f = *frame_base + s (read on the device: it changes every frame inside a CUDA graph).
+//   Interleaved pairs (2i, 2i+1): lane l holds exactly pair l; pairs 0-9 temporal, 10-20 row,
+//   21-31 column. Tables float2 (cos, sin): t [max_frame][10], h [rows_h][11], w [rows_w][11].
+//   A frame index at or past max_frame has no table row: q and k are written as NaN so the
+//   mistake cannot pass unnoticed (the host checks the frame count before the step).
+
+#define QKV_WARPS 8
+#define HEAD_DIM 64
+#define SPECIAL_TOKENS 6
+#define ROPE2D_FREQS 16
+#define ROPE3D_T_PAIRS 10
+#define ROPE3D_HW_PAIRS 11
+
+struct Pair {
+    float a, b;
+};
+
+__device__ __forceinline__ Pair load_pair(const u16* p) {
+    const u32 w = *(const u32*)p;
+    Pair r;
+    r.a = bf16_to_f32((u16)(w & 0xffffu));
+    r.b = bf16_to_f32((u16)(w >> 16));
+    return r;
+}
+
+__device__ __forceinline__ void store_pair(u16* p, Pair v) {
+    *(u32*)p = (u32)f32_to_bf16(v.a) | ((u32)f32_to_bf16(v.b) << 16);
+}
+
+// LayerNorm of one 64-vector spread over a warp (2 values per lane), affine per dim.
+__device__ __forceinline__ Pair head_norm(Pair x, const float* w, const float* b, float eps, u32 lane) {
+    const float mean = warp_sum(x.a + x.b) * (1.f / HEAD_DIM);
+    const float da = x.a - mean, db = x.b - mean;
+    const float var = warp_sum(da * da + db * db) * (1.f / HEAD_DIM);
+    const float inv = 1.f / sqrtf(var + eps);
+    Pair y;
+    y.a = da * inv * w[2 * lane] + b[2 * lane];
+    y.b = db * inv * w[2 * lane + 1] + b[2 * lane + 1];
+    return y;
+}
+
+// 2D rotate-half. `cs` points at the 16 (cos, sin) of this lane's half's position; the lane's
+// local dims are j0 = (2 lane) % 32 and j0 + 1.
+__device__ __forceinline__ Pair rope2d(Pair x, const float2* cs, u32 lane) {
+    const Pair o = {__shfl_xor_sync(0xffffffffu, x.a, 8), __shfl_xor_sync(0xffffffffu, x.b, 8)};
+    const u32 j0 = (2 * lane) & 31;
+    const u32 f0 = j0 & 15;
+    const float2 c0 = cs[f0], c1 = cs[f0 + 1];
+    Pair y;
+    if (j0 < 16) {  // first of the pair: a c - b s, b from the partner
+        y.a = x.a * c0.x - o.a * c0.y;
+        y.b = x.b * c1.x - o.b * c1.y;
+    } else {  // second of the pair: b c + a s, a from the partner
+        y.a = x.a * c0.x + o.a * c0.y;
+        y.b = x.b * c1.x + o.b * c1.y;
+    }
+    return y;
+}
+
+__device__ __forceinline__ Pair rope_pair(Pair x, float2 cs) {
+    Pair y;
+    y.a = x.a * cs.x - x.b * cs.y;
+    y.b = x.a * cs.y + x.b * cs.x;
+    return y;
+}
+
+extern "C" __global__ void __launch_bounds__(QKV_WARPS * 32)
+qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __restrict__ k,
+                    u16* __restrict__ v, u32 n_tokens, u32 heads,
+                    // qk-norm: null weights = none
+                    const float* __restrict__ qw, const float* __restrict__ qb,
+                    const float* __restrict__ kw, const float* __restrict__ kb, float eps,
+                    // rope: 0 none, 1 axial 2D, 2 video 3D
+                    u32 rope_mode, u32 tokens_per_frame, u32 grid_w,
+                    const float2* __restrict__ table2d, const float2* __restrict__ table_t,
+                    const float2* __restrict__ table_h, const float2* __restrict__ table_w,
+                    const u32* __restrict__ frame_base, u32 max_frame) {
+    const u32 lane = threadIdx.x & 31;
+    const u64 item = (u64)blockIdx.x * QKV_WARPS + (threadIdx.x >> 5);
+    if (item >= (u64)n_tokens * heads) return;  // whole warps exit together
+    const u32 n = (u32)(item / heads), h = (u32)(item % heads);
+
+    const u16* src = qkv + (u64)n * 3 * heads * HEAD_DIM + (u64)h * HEAD_DIM + 2 * lane;
+    Pair xq = load_pair(src);
+    Pair xk = load_pair(src + (u64)heads * HEAD_DIM);
+
+    if (qw) {
+        xq = head_norm(xq, qw, qb, eps, lane);
+        xk = head_norm(xk, kw, kb, eps, lane);
+    }
+
+    if (rope_mode != 0) {
+        const u32 s = n / tokens_per_frame, t = n % tokens_per_frame;
+        const bool special = t < SPECIAL_TOKENS;
+        const u32 p = special ? 0 : t - SPECIAL_TOKENS;
+        const u32 r = p / grid_w, c = p % grid_w;
+        if (rope_mode == 1) {
+            const u32 pos = special ? 0 : (lane < 16 ? r + 1 : c + 1);
+            const float2* cs = table2d + (u64)pos * ROPE2D_FREQS;
+            xq = rope2d(xq, cs, lane);
+            xk = rope2d(xk, cs, lane);
+        } else {
+            const u32 f = *frame_base + s;
+            const bool in_table = f < max_frame;
+            float2 cs;
+            if (lane < ROPE3D_T_PAIRS) {
+                cs = table_t[(u64)(in_table ? f : 0) * ROPE3D_T_PAIRS + lane];
+            } else if (lane < ROPE3D_T_PAIRS + ROPE3D_HW_PAIRS) {
+                const u32 ph = special ? t : SPECIAL_TOKENS + r;
+                cs = table_h[(u64)ph * ROPE3D_HW_PAIRS + (lane - ROPE3D_T_PAIRS)];
+            } else {
+                const u32 pw = special ? t : SPECIAL_TOKENS + c;
+                cs = table_w[(u64)pw * ROPE3D_HW_PAIRS + (lane - ROPE3D_T_PAIRS - ROPE3D_HW_PAIRS)];
+            }
+            // A frame past the table poisons the whole head, not just the temporal pairs.
+            if (!in_table) cs.x = __int_as_float(0x7fc00000);
+            xq = rope_pair(xq, cs);
+            xk = rope_pair(xk, cs);
+        }
+    }
+
+    const u64 dst = ((u64)n * heads + h) * HEAD_DIM + 2 * lane;
+    store_pair(q + dst, xq);
+    store_pair(k + dst, xk);
+    *(u32*)(v + dst) = *(const u32*)(src + (u64)2 * heads * HEAD_DIM);  // v unchanged
+}
+
+// ---------------------------------------------------------------------------------------------
+// DINO input: ImageNet-normalised patches as GEMM rows. image [3][H][W] f32 in [0, 1];
+// out [Np][3 * patch * patch] bf16, columns (channel, ky, kx) like the conv weight [C][3][p][p],
+// patches row-major over the (H / patch) x (W / patch) grid. One thread per output element
+// (writes coalesced; reads are runs of `patch` contiguous floats).
+
+extern "C" __global__ void patchify_normalized(const float* __restrict__ image, u32 height, u32 width,
+                                               u32 patch, u16* __restrict__ out) {
+    const u32 pw = width / patch;
+    const u32 plen = patch * patch;
+    const u32 cols = 3 * plen;
+    const u64 n = (u64)(height / patch) * pw * cols;
+    GRID_STRIDE(i, n) {
+        const u64 pidx = i / cols;
+        const u32 col = (u32)(i % cols);
+        const u32 ch = col / plen, ky = (col / patch) % patch, kx = col % patch;
+        const u32 pr = (u32)(pidx / pw), pc = (u32)(pidx % pw);
+        const float x = image[((u64)ch * height + pr * patch + ky) * width + pc * patch + kx];
+        // ImageNet statistics (src/model/aggregator.rs), the same f32 division as the CPU code.
+        const float mean = ch == 0 ? 0.485f : (ch == 1 ? 0.456f : 0.406f);
+        const float stdev = ch == 0 ? 0.229f : (ch == 1 ? 0.224f : 0.225f);
+        out[i] = f32_to_bf16((x - mean) / stdev);
+    }
+}
+
+// DINO token sequence [1 + 4 + Np][C] f32: [cls + pos[0], 4 registers (no position),
+// patch_i + pos[1 + i]].
+#define DINO_REGISTERS 4
+
+extern "C" __global__ void dino_assemble(const u16* __restrict__ patch_emb, const float* __restrict__ cls,
+                                         const float* __restrict__ registers, const float* __restrict__ pos,
+                                         float* __restrict__ out, u32 np, u32 c) {
+    const u64 n = (u64)(1 + DINO_REGISTERS + np) * c;
+    GRID_STRIDE(i, n) {
+        const u64 row = i / c;
+        const u32 ch = (u32)(i % c);
+        float y;
+        if (row == 0) {
+            y = cls[ch] + pos[ch];
+        } else if (row <= DINO_REGISTERS) {
+            y = registers[(row - 1) * c + ch];
+        } else {
+            const u64 t = row - 1 - DINO_REGISTERS;
+            y = bf16_to_f32(patch_emb[t * c + ch]) + pos[(1 + t) * c + ch];
+        }
+        out[i] = y;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies.
+
+// dst[r * dst_stride + c] = src[r * src_stride + c] for c < cols (strides in elements).
+extern "C" __global__ void copy_rows_f32(const float* __restrict__ src, u64 src_stride, float* __restrict__ dst,
+                                         u64 dst_stride, u32 cols, u64 n) {
+    GRID_STRIDE(i, n) {
+        const u64 r = i / cols, c = i % cols;
+        dst[r * dst_stride + c] = src[r * src_stride + c];
+    }
+}
+
+extern "C" __global__ void f32_to_bf16_kernel(const float* __restrict__ src, u16* __restrict__ dst, u64 n) {
+    GRID_STRIDE(i, n) { dst[i] = f32_to_bf16(src[i]); }
+}
