@@ -1,1 +1,489 @@
-// Placeholder: filled in by the paged_attention_sm90_ws work.
+// Paged attention for Hopper (sm_90a), warp-specialised (FlashAttention-3 style). Same layouts
+// and page table as paged_attention.cu (read its header); same result format as the other
+// kernels (bf16 `out` with one split, else f32 partials normalised by the split's own sum and
+// their log2-domain LSE for attention_combine).
+//
+// One CTA per SM: 3 warpgroups, 128 query rows of one head against one key split.
+//   warpgroup 0  producer: gathers the paged K/V tiles (128 keys) with cp.async into a ring of
+//                STAGES shared-memory stages; each row looks up its own page (a tile may straddle
+//                pages). A stage is announced on its `full` mbarrier once its copies landed (the
+//                producer waits one tile behind, then fences to the async proxy and arrives), and
+//                refilled once both consumers arrived on its `empty` mbarrier.
+//   warpgroups 1, 2  consumers, 64 query rows each. Per key tile j one "GEMM section" issues
+//                S(j) = Q K(j)^T (m64n128k16, Q and K from shared memory) together with
+//                O += P(j-1) V(j-1) (m64n64k16, P from registers, V MN-major), waits, then does
+//                the online softmax of S(j) into P(j) on the CUDA cores. The two consumers take
+//                turns issuing their sections (ping-pong through named barriers 1 and 2), so one
+//                warpgroup's softmax runs while the other's products occupy the tensor cores.
+// Tiles are stored with the 128-byte swizzle the wgmma descriptors expect (16-byte chunk c of
+// row r at c ^ (r & 7)); the descriptors and fragment layouts are those of
+// paged_attention_sm90.cu's WgmmaWide kernel.
+//
+// `POLY_EXP`: a quarter of the softmax exponentials are computed by a degree-3 polynomial on the
+// FMA pipe instead of the MUFU unit (with head dim 64, MUFU time per tile equals the tensor
+// time); the polynomial's relative error (9e-5) is far below bf16's for P.
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+#define HEAD_DIM 64
+#define ROW_CHUNKS 8
+#define WS_BLOCK_N 128
+#define WS_BLOCK_M 128
+#define WS_STAGES 6
+#define WS_THREADS 384
+#define NEG_INF __int_as_float(0xff800000u)
+// Bytes: Q tile, one stage (K and V tiles), barriers after the ring.
+#define WS_Q_BYTES (WS_BLOCK_M * HEAD_DIM * 2)
+#define WS_TILE_BYTES (WS_BLOCK_N * HEAD_DIM * 2)
+#define WS_STAGE_BYTES (2 * WS_TILE_BYTES)
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ u32 swz(u32 r, u32 c) { return r * ROW_CHUNKS + (c ^ (r & 7)); }
+
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid) {
+    // src-size 0 zero-fills the 16 bytes: rows past the end of the queries or keys.
+    u32 n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+// cp.async writes through the generic proxy; wgmma reads through the async proxy.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ---- mbarriers (shared::cta) and named barriers.
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase of the given parity has completed (a fresh barrier counts the phase of
+// parity 1 as completed, so the producer's first pass over the ring does not block).
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void named_sync(u32 id, u32 threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(u32 id, u32 threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+// 2^x for x <= 0 (or -inf) on the FMA/ALU pipes: x = i + f with i = floor(x) (round-down add of
+// 1.5 * 2^23 leaves i in the low mantissa bits), 2^f by a degree-3 minimax polynomial on [0, 1),
+// then i added to the exponent field. Clamping at -127 makes -inf (masked keys) exactly 0.
+__device__ __forceinline__ float poly_exp2(float x) {
+    x = fmaxf(x, -127.f);
+    float t;
+    asm("add.rm.f32 %0, %1, 0f4B400000;\n" : "=f"(t) : "f"(x));
+    float f = x - (t - 12582912.f);
+    float p = fmaf(fmaf(fmaf(0.077119089663028717041015625f, f, 0.227564394474029541015625f), f,
+                        0.695146143436431884765625f),
+                   f, 1.f);
+    // (bits(t) << 23) == i << 23: the low 20 bits of 0x4B400000 are zero.
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
+// Shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading byte
+// offset 16 (unused by these shapes), stride byte offset 1024 (between groups of 8 rows of 128 B).
+__device__ __forceinline__ u64 smem_desc(u32 addr) {
+    u64 d = 0;
+    d |= (u64)((addr & 0x3FFFF) >> 4);
+    d |= (u64)1 << 16;
+    d |= (u64)(1024 >> 4) << 32;
+    d |= (u64)1 << 62;  // 128B swizzle
+    return d;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving register accesses across the asynchronous MMAs.
+template <int N>
+__device__ __forceinline__ void fence_regs(float* d) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void fence_frag(u32 (*p)[4]) {
+#pragma unroll
+    for (int kc = 0; kc < 8; ++kc)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p[kc][i])::"memory");
+}
+
+// D[64x64] += A[64x16] (registers) * B[16x64] (shared, MN-major: V as [key][dim]).
+__device__ __forceinline__ void wgmma_m64n64k16_rs_trans(float* d, const u32* a, u64 desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+        "{%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+// D[64x128] (+)= A[64x16] * B[16x128], both from shared memory (K-major); scale_d = 0 overwrites.
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ u32 find_page(const u32* __restrict__ cum, u32 n_pages, u32 t) {
+    u32 lo = 0, hi = n_pages;
+    while (hi - lo > 1) {
+        u32 mid = (lo + hi) >> 1;
+        if (__ldg(cum + mid) <= t) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// ---- producer: warpgroup 0 -------------------------------------------------------------------
+// Thread `tid` (0..127) copies chunk column tid & 7 of rows (tid >> 3) + 16 i, i < 8, of every
+// tile, K and V. Its page cursor follows its first row; the other rows lie further on, so their
+// pages are found by walking forward from it.
+__device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32 bar_empty,
+    const u16* __restrict__ pool, u32 page_size, const u32* __restrict__ indices,
+    const u32* __restrict__ cum, u32 n_pages, u32 kv_len, u32 kv_begin, u32 kv_end, u32 n_tiles,
+    u32 heads, u32 h) {
+    constexpr u32 kRowStep = 128 / ROW_CHUNKS;                // 16
+    constexpr int kLoadRows = WS_BLOCK_N / kRowStep;           // 8
+    // 32-bit strides: the host checks that a page (K and V) has fewer than 2^32 elements.
+    const u32 tok_stride = heads * HEAD_DIM;
+    const u32 v_offset = page_size * tok_stride;
+    const u32 page_stride = 2 * v_offset;
+    const u32 ld_col = tid & 7;
+    const u32 ld_row = tid >> 3;
+    u32 cursor = find_page(cum, n_pages, kv_begin + ld_row < kv_len ? kv_begin + ld_row : kv_len - 1);
+
+    for (u32 j = 0; j < n_tiles; ++j) {
+        const u32 stage = j % WS_STAGES;
+        // Wait until both consumers released this stage's previous tile (j - STAGES).
+        mbar_wait(bar_empty + stage * 8, ((j / WS_STAGES) & 1) ^ 1);
+        u16* sk = skv + stage * (WS_STAGE_BYTES / 2);
+        u16* sv = sk + WS_TILE_BYTES / 2;
+        const u32 t0 = kv_begin + j * WS_BLOCK_N;
+        u32 p = cursor;
+#pragma unroll
+        for (int i = 0; i < kLoadRows; ++i) {
+            const u32 r = ld_row + kRowStep * i;
+            const u32 t = t0 + r;
+            const bool ok = t < kv_end;
+            const u16* src = pool;
+            if (ok) {
+                while (__ldg(cum + p + 1) <= t) ++p;
+                if (i == 0) cursor = p;
+                const u32 slot = t - __ldg(cum + p);
+                const u64 page = __ldg(indices + p);
+                src = pool + page * page_stride + (slot * tok_stride + h * HEAD_DIM + ld_col * 8);
+            }
+            const u32 off = swz(r, ld_col) * 8;
+            cp_async_16(smem_addr(sk + off), src, ok);
+            cp_async_16(smem_addr(sv + off), ok ? src + v_offset : src, ok);
+        }
+        cp_async_commit();
+        // Announce the previous tile once this thread's copies of it have landed: waiting one
+        // tile behind keeps two tiles of copies in flight per thread.
+        if (j > 0) {
+            cp_async_wait<1>();
+            fence_proxy_async();
+            mbar_arrive(bar_full + ((j - 1) % WS_STAGES) * 8);
+        }
+    }
+    cp_async_wait<0>();
+    fence_proxy_async();
+    mbar_arrive(bar_full + ((n_tiles - 1) % WS_STAGES) * 8);
+}
+
+// ---- consumers: online softmax of one S tile -------------------------------------------------
+// s holds this thread's 2 rows x 32 columns of S (row g + 8 hf, column 8 j + 2 (lane & 3) + e at
+// s[4 j + 2 hf + e]); on return P (bf16) is in p and O has been rescaled to the new maximum.
+template <bool POLY_EXP>
+__device__ __forceinline__ void ws_softmax(float* s, float* o_acc, u32 (*p)[4], float* row_max,
+    float* row_sum, u32 lane, u32 t0, u32 kv_end, float scale_log2) {
+    if (t0 + WS_BLOCK_N > kv_end) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const u32 col = j * 8 + (lane & 3) * 2 + (e & 1);
+                if (t0 + col >= kv_end) s[j * 4 + e] = NEG_INF;
+            }
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float mx = NEG_INF;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // Every tile holds at least one valid key, so m_new is finite.
+        const float m_new = fmaxf(row_max[hf], mx * scale_log2);
+        const float corr = fast_exp2(row_max[hf] - m_new);
+        row_max[hf] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const float x0 = fmaf(s[j * 4 + hf * 2], scale_log2, -m_new);
+            const float x1 = fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new);
+            float p0, p1;
+            if (POLY_EXP && (j & 3) == 3) {
+                p0 = poly_exp2(x0);
+                p1 = poly_exp2(x1);
+            } else {
+                p0 = fast_exp2(x0);
+                p1 = fast_exp2(x1);
+            }
+            s[j * 4 + hf * 2] = p0;
+            s[j * 4 + hf * 2 + 1] = p1;
+            sum += p0 + p1;
+        }
+        row_sum[hf] = row_sum[hf] * corr + sum;
+        // Once the running maximum settles most tiles move no row's maximum (corr == 1 exactly):
+        // skip the rescale when that holds for the whole warp.
+        if (__any_sync(0xffffffffu, corr != 1.f)) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                o_acc[j * 4 + hf * 2] *= corr;
+                o_acc[j * 4 + hf * 2 + 1] *= corr;
+            }
+        }
+    }
+#pragma unroll
+    for (int kc = 0; kc < 8; ++kc) {
+        p[kc][0] = pack_bf16x2(s[(2 * kc) * 4 + 0], s[(2 * kc) * 4 + 1]);
+        p[kc][1] = pack_bf16x2(s[(2 * kc) * 4 + 2], s[(2 * kc) * 4 + 3]);
+        p[kc][2] = pack_bf16x2(s[(2 * kc + 1) * 4 + 0], s[(2 * kc + 1) * 4 + 1]);
+        p[kc][3] = pack_bf16x2(s[(2 * kc + 1) * 4 + 2], s[(2 * kc + 1) * 4 + 3]);
+    }
+}
+
+template <bool POLY_EXP>
+__device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
+    float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
+    u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
+    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
+    u16* sq = (u16*)smem;                                     // [128][64], swizzled
+    u16* skv = (u16*)(smem + WS_Q_BYTES);                     // [STAGES][K|V][128][64]
+    const u32 bar_full = smem_addr(smem + WS_Q_BYTES + WS_STAGES * WS_STAGE_BYTES);  // [STAGES]
+    const u32 bar_empty = bar_full + WS_STAGES * 8;                                   // [STAGES]
+
+    const u32 tid = threadIdx.x;
+    const u32 lane = tid & 31;
+    const u32 warp = tid >> 5;
+    const u32 role = warp >> 2;  // 0 producer, 1 and 2 consumers
+    const u32 q0 = blockIdx.x * WS_BLOCK_M;
+    const u32 split = blockIdx.y;
+    const u32 h = blockIdx.z;
+
+    // This split's key tiles (the contract: tiles of this kernel's BLOCK_N, split evenly).
+    const u32 n_pages = __ldg(n_pages_ptr);
+    const u32 kv_len = __ldg(cum + n_pages);
+    const u32 kv_tiles = (kv_len + WS_BLOCK_N - 1) / WS_BLOCK_N;
+    const u32 splits = n_splits > 0 ? n_splits : 1;
+    const u32 tiles_per_split = (kv_tiles + splits - 1) / splits;
+    const u32 tile_begin = split * tiles_per_split;
+    u32 tile_end = tile_begin + tiles_per_split;
+    if (tile_end > kv_tiles) tile_end = kv_tiles;
+    const u32 n_tiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
+    const u32 kv_begin = tile_begin * WS_BLOCK_N;
+    const u32 kv_end = n_tiles > 0 ? (tile_end * WS_BLOCK_N < kv_len ? tile_end * WS_BLOCK_N : kv_len) : kv_begin;
+
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < WS_STAGES; ++s) {
+            mbar_init(bar_full + s * 8, 128);   // every producer thread arrives
+            mbar_init(bar_empty + s * 8, 256);  // every consumer thread arrives
+        }
+    }
+    __syncthreads();  // the only CTA-wide barrier: the roles never meet again
+
+    if (role == 0) {
+        if (n_tiles > 0)
+            ws_producer(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum, n_pages,
+                        kv_len, kv_begin, kv_end, n_tiles, heads, h);
+        return;
+    }
+
+    // ---- consumer warpgroup c: query rows c * 64 .. c * 64 + 63 of the tile.
+    const u32 c = role - 1;
+    const u32 ctid = tid & 127;
+#pragma unroll
+    for (int i = 0; i < (64 * ROW_CHUNKS) / 128; ++i) {
+        const u32 chunk = ctid + i * 128;
+        const u32 r = c * 64 + (chunk >> 3), ch = chunk & 7;
+        const u32 row = q0 + r;
+        const bool ok = row < lq;
+        const u16* src = q + ((u64)(ok ? row : 0) * heads + h) * HEAD_DIM + ch * 8;
+        cp_async_16(smem_addr(sq + swz(r, ch) * 8), src, ok);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    named_sync(3 + c, 128);  // this warpgroup's Q rows are in shared memory
+
+    float o_acc[32];
+    float s[64];
+    u32 p[8][4];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o_acc[i] = 0.f;
+#pragma unroll
+    for (int kc = 0; kc < 8; ++kc)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) p[kc][i] = 0u;
+    float row_max[2] = {NEG_INF, NEG_INF};
+    float row_sum[2] = {0.f, 0.f};
+    const u32 sq_wg = smem_addr(sq) + c * 64 * 128;
+    const u32 skv0 = smem_addr(skv);
+    // Ping-pong: barrier 1 + c is "consumer c may issue"; each consumer syncs on its own and
+    // arrives on the other's after issuing. Consumer 0 goes first. Counts match exactly: each
+    // consumer issues n_tiles + 1 sections; consumer 1 arrives once up front and skips the arrive
+    // after its last section (nobody would wait for it).
+    const u32 my_turn = 1 + c;
+    const u32 other_turn = 2 - c;
+
+    if (n_tiles > 0) {
+        if (c == 1) named_arrive(other_turn, 256);
+
+        // Section 0: S(0) only.
+        mbar_wait(bar_full, 0);
+        named_sync(my_turn, 256);
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc)
+            wgmma_m64n128k16_ss(s, smem_desc(sq_wg + kc * 32), smem_desc(skv0 + kc * 32), kc);
+        wgmma_commit();
+        named_arrive(other_turn, 256);
+        wgmma_wait<0>();
+        fence_regs<64>(s);
+        ws_softmax<POLY_EXP>(s, o_acc, p, row_max, row_sum, lane, kv_begin, kv_end, scale_log2);
+
+        // Section j: S(j) and O += P(j-1) V(j-1); then release tile j-1 and do softmax(j).
+        for (u32 j = 1; j < n_tiles; ++j) {
+            const u32 stage = j % WS_STAGES;
+            const u32 prev = (j - 1) % WS_STAGES;
+            const u32 sk = skv0 + stage * WS_STAGE_BYTES;
+            const u32 sv_prev = skv0 + prev * WS_STAGE_BYTES + WS_TILE_BYTES;
+            mbar_wait(bar_full + stage * 8, (j / WS_STAGES) & 1);
+            named_sync(my_turn, 256);
+            fence_regs<64>(s);
+            fence_regs<32>(o_acc);
+            fence_frag(p);
+            wgmma_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+                wgmma_m64n128k16_ss(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
+#pragma unroll
+            for (int kc = 0; kc < 8; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
+            wgmma_commit();
+            named_arrive(other_turn, 256);
+            wgmma_wait<0>();
+            fence_regs<64>(s);
+            fence_regs<32>(o_acc);
+            fence_frag(p);
+            mbar_arrive(bar_empty + prev * 8);
+            ws_softmax<POLY_EXP>(s, o_acc, p, row_max, row_sum, lane, kv_begin + j * WS_BLOCK_N,
+                                 kv_end, scale_log2);
+        }
+
+        // Last section: O += P(n-1) V(n-1).
+        {
+            const u32 last = (n_tiles - 1) % WS_STAGES;
+            const u32 sv_last = skv0 + last * WS_STAGE_BYTES + WS_TILE_BYTES;
+            named_sync(my_turn, 256);
+            fence_regs<32>(o_acc);
+            fence_frag(p);
+            wgmma_fence();
+#pragma unroll
+            for (int kc = 0; kc < 8; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
+            wgmma_commit();
+            if (c == 0) named_arrive(other_turn, 256);
+            wgmma_wait<0>();
+            fence_regs<32>(o_acc);
+            fence_frag(p);
+        }
+    }
+
+    // ---- epilogue: rows wg_row0 + g and + 8 of this warp (an empty split writes zeros, -inf).
+    const u32 wg_row0 = c * 64 + (warp & 3) * 16;
+    const u32 g = lane >> 2;
+    const u32 tq = lane & 3;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float l = row_sum[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const u32 row = q0 + wg_row0 + hf * 8 + g;
+        if (row >= lq) continue;
+        const u64 base = ((u64)row * heads + h) * HEAD_DIM;
+        if (n_splits <= 1) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                *(u32*)(out + base + j * 8 + tq * 2) =
+                    pack_bf16x2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
+        } else {
+            const u64 pbase = (u64)split * lq * heads * HEAD_DIM + base;
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                *(float2*)(part_o + pbase + j * 8 + tq * 2) =
+                    make_float2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
+            if (tq == 0)
+                part_lse[((u64)split * lq + row) * heads + h] =
+                    l > 0.f ? row_max[hf] + __log2f(l) : NEG_INF;
+        }
+    }
+}
+
+// Smem: 1024 (alignment slack) + 16 KB Q + STAGES x 32 KB K/V + 2 x STAGES mbarriers.
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) paged_attention_fwd_sm90_ws(
+    const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, const u32* __restrict__ n_pages_ptr,
+    u32 lq, u32 heads, u32 n_splits, float scale_log2) {
+    ws_body<false>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages_ptr, lq, heads,
+                   n_splits, scale_log2);
+}
+
+// The same with a quarter of the exponentials on the FMA pipe (an experiment: see the header).
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) paged_attention_fwd_sm90_ws_poly(
+    const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
+    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
+    const u32* __restrict__ indices, const u32* __restrict__ cum, const u32* __restrict__ n_pages_ptr,
+    u32 lq, u32 heads, u32 n_splits, float scale_log2) {
+    ws_body<true>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages_ptr, lq, heads,
+                  n_splits, scale_log2);
+}

@@ -179,6 +179,19 @@ fn paged_attention_matches_reference() {
         pages: [full(&[3, 1, 0], 999), vec![(2, 24)]].concat(),
         splits: None,
     });
+    // A long sequence in shuffled pages with padded slots: the warp-specialised kernel's K/V ring
+    // (six stages) wraps many times in every split, and the last split ends mid-tile.
+    cases.push(Case {
+        heads: 16,
+        lq: 300,
+        page_size: 1024,
+        pages: [
+            full(&[9, 2, 11, 0, 5, 7, 1, 10, 3, 6, 8], 999),
+            vec![(4, 517)],
+        ]
+        .concat(),
+        splits: Some(3),
+    });
     // Every kernel the GPU has (the wgmma ones are Hopper-only).
     for kernel in AttentionKernel::available(&dev) {
         for (i, case) in cases.iter().enumerate() {

@@ -58,7 +58,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 24)]
     pub check_rows: usize,
     /// Attention kernel for the paged and dense rows: auto (wgmma on Hopper, else mma), mma,
-    /// wgmma. Every other kernel the GPU has is also timed, paged, in its own column. The other kernel, when present, is also timed in its own column.
+    /// wgmma, ws (warp-specialised wgmma), ws-poly. Every other kernel the GPU has is also timed,
+    /// paged, in its own column.
     #[arg(long, default_value = "auto")]
     pub kernel: String,
     /// Tokens per page; default exact pages (= patches per frame, 999).
@@ -272,8 +273,10 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
         "auto" => best,
         "mma" => AttentionKernel::MmaSync,
         "wgmma" => AttentionKernel::WgmmaWide,
+        "ws" => AttentionKernel::WgmmaWs,
+        "ws-poly" => AttentionKernel::WgmmaWsPoly,
         other => {
-            bail!("unknown --kernel `{other}` (auto, mma, wgmma)")
+            bail!("unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-poly)")
         }
     };
     if !kernels.contains(&kernel) {

@@ -5,6 +5,7 @@ use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use half::bf16;
 
+use super::arena::DevPtr;
 use super::kv::{DeviceKvCache, HEAD_DIM};
 use super::{CudaDevice, CudaError};
 
@@ -14,6 +15,8 @@ pub const BLOCK_N: usize = 64;
 const KV_TILE_BYTES: usize = BLOCK_N * HEAD_DIM * 2;
 /// Slack to align wgmma tiles to the 1024-byte swizzle atom.
 const ALIGN_SLACK: usize = 1024;
+/// K/V ring depth of the warp-specialised kernel (`WS_STAGES` in its source).
+const WS_STAGES: usize = 6;
 
 /// Which implementation of the attention kernel runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -23,15 +26,29 @@ pub enum AttentionKernel {
     /// Both products on Hopper's wgmma (sm_90a only): 128-key tiles in three stages, S as
     /// m64n128k16 from shared memory, P V with P from registers.
     WgmmaWide,
+    /// Warp-specialised wgmma (sm_90a only, FlashAttention-3 style): a producer warpgroup gathers
+    /// 128-key tiles into a six-stage mbarrier ring, two consumer warpgroups take turns on the
+    /// tensor cores (ping-pong); one CTA of 384 threads per SM.
+    WgmmaWs,
+    /// [`Self::WgmmaWs`] with a quarter of the softmax exponentials computed by a polynomial on
+    /// the FMA pipe instead of the MUFU unit (an experiment, timed beside it).
+    WgmmaWsPoly,
 }
 
 impl AttentionKernel {
-    const ALL: [Self; 2] = [Self::MmaSync, Self::WgmmaWide];
+    const ALL: [Self; 4] = [
+        Self::MmaSync,
+        Self::WgmmaWide,
+        Self::WgmmaWs,
+        Self::WgmmaWsPoly,
+    ];
 
     fn entry(self) -> &'static str {
         match self {
             Self::MmaSync => "paged_attention_fwd",
             Self::WgmmaWide => "paged_attention_fwd_sm90_wide",
+            Self::WgmmaWs => "paged_attention_fwd_sm90_ws",
+            Self::WgmmaWsPoly => "paged_attention_fwd_sm90_ws_poly",
         }
     }
 
@@ -44,13 +61,17 @@ impl AttentionKernel {
         match self {
             Self::MmaSync => 128,
             Self::WgmmaWide => 256,
+            Self::WgmmaWs | Self::WgmmaWsPoly => 384,
         }
     }
 
     /// CTAs resident per SM: the kernels' __launch_bounds__ minimum, which their registers and
     /// shared memory were sized for.
     fn ctas_per_sm(self) -> usize {
-        2
+        match self {
+            Self::MmaSync | Self::WgmmaWide => 2,
+            Self::WgmmaWs | Self::WgmmaWsPoly => 1,
+        }
     }
 
     fn smem_bytes(self) -> u32 {
@@ -60,6 +81,11 @@ impl AttentionKernel {
             Self::MmaSync => q + 2 * 2 * KV_TILE_BYTES,
             // Three stages of 128-key K and V tiles (113 KB: two CTAs fill an SM's 228 KB).
             Self::WgmmaWide => q + 3 * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK,
+            // Six stages of 128-key K and V tiles and a full and an empty mbarrier per stage
+            // (209 KB: one CTA per SM).
+            Self::WgmmaWs | Self::WgmmaWsPoly => {
+                q + WS_STAGES * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK + WS_STAGES * 2 * 8
+            }
         };
         bytes as u32
     }
@@ -376,4 +402,107 @@ impl DenseBaseline {
         };
         paged_attention(dev, q, out, &kv, lq, heads, opts, ws)
     }
+}
+
+/// Keys of one attention call as raw device addresses (the GPU model's form: fixed addresses a
+/// CUDA graph can hold). The page count is read on the device.
+#[derive(Debug, Clone, Copy)]
+pub struct RawPagedKv {
+    pub pool: DevPtr<bf16>,
+    pub page_size: u32,
+    pub indices: DevPtr<u32>,
+    pub cum: DevPtr<u32>,
+    pub n_pages: DevPtr<u32>,
+}
+
+/// Split-KV scratch carved from an arena: `[splits][lq][heads][64]` and `[splits][lq][heads]`.
+#[derive(Debug, Clone, Copy)]
+pub struct RawWorkspace {
+    pub part_o: DevPtr<f32>,
+    pub part_lse: DevPtr<f32>,
+}
+
+impl RawWorkspace {
+    pub fn elems(lq: usize, heads: usize, splits: usize) -> (usize, usize) {
+        let rows = (lq * heads * splits).max(1);
+        (rows * HEAD_DIM, rows)
+    }
+}
+
+/// `out[lq][heads][64] = softmax(q kᵀ / 8) v` with `n_splits` key splits fixed by the caller (the
+/// kernel sizes each split from the device's table). Launch only: graph-capturable.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_raw(
+    dev: &CudaDevice,
+    kernel: AttentionKernel,
+    q: DevPtr<bf16>,
+    out: DevPtr<bf16>,
+    kv: &RawPagedKv,
+    lq: usize,
+    heads: usize,
+    n_splits: usize,
+    ws: RawWorkspace,
+) -> Result<(), CudaError> {
+    let elems = lq * heads * HEAD_DIM;
+    q.check_len(elems, "attention q")?;
+    out.check_len(elems, "attention out")?;
+    let n_splits = n_splits.max(1);
+    if n_splits > 1 {
+        let (o, l) = RawWorkspace::elems(lq, heads, n_splits);
+        ws.part_o.check_len(o, "attention split partials")?;
+        ws.part_lse.check_len(l, "attention split LSE")?;
+    }
+    if lq == 0 {
+        return Ok(());
+    }
+    let fwd = dev.kernels.get(kernel.entry())?;
+    fwd.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        kernel.smem_bytes() as i32,
+    )?;
+    let scale_log2 = (1.0 / (HEAD_DIM as f32).sqrt()) * std::f32::consts::LOG2_E;
+    let (lq32, heads32, ns32) = (lq as u32, heads as u32, n_splits as u32);
+    let (qa, oa, po, pl) = (q.addr(), out.addr(), ws.part_o.addr(), ws.part_lse.addr());
+    let (pool, idx, cum, np) = (
+        kv.pool.addr(),
+        kv.indices.addr(),
+        kv.cum.addr(),
+        kv.n_pages.addr(),
+    );
+    let cfg = LaunchConfig {
+        grid_dim: (lq.div_ceil(kernel.block_m()) as u32, ns32, heads32),
+        block_dim: (kernel.threads(), 1, 1),
+        shared_mem_bytes: kernel.smem_bytes(),
+    };
+    let mut b = dev.stream.launch_builder(fwd);
+    b.arg(&qa)
+        .arg(&oa)
+        .arg(&po)
+        .arg(&pl)
+        .arg(&pool)
+        .arg(&kv.page_size)
+        .arg(&idx)
+        .arg(&cum)
+        .arg(&np)
+        .arg(&lq32)
+        .arg(&heads32)
+        .arg(&ns32)
+        .arg(&scale_log2);
+    // SAFETY: arguments match the attention kernels' contract; buffer sizes checked above; the
+    // table was validated when uploaded.
+    unsafe { b.launch(cfg) }?;
+    if n_splits > 1 {
+        let combine = dev.kernels.get("attention_combine")?;
+        let threads = lq * heads * (HEAD_DIM / 2);
+        let cfg = LaunchConfig {
+            grid_dim: (threads.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = dev.stream.launch_builder(combine);
+        b.arg(&po).arg(&pl).arg(&oa).arg(&lq32).arg(&heads32).arg(&ns32);
+        // SAFETY: arguments match attention_combine; the workspace holds n_splits planes.
+        unsafe { b.launch(cfg) }?;
+    }
+    Ok(())
 }

@@ -115,7 +115,7 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "paged_attention_sm90_ws",
         source: include_str!("../../../kernels/paged_attention_sm90_ws.cu"),
-        functions: &[],
+        functions: &["paged_attention_fwd_sm90_ws", "paged_attention_fwd_sm90_ws_poly"],
         hopper_only: true,
     },
 ];
