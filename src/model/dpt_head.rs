@@ -12,7 +12,7 @@ use super::ops::resize::bilinear_align_corners;
 use super::weights::WeightStore;
 
 /// How a projected tap is brought to its pyramid level.
-enum Resize {
+pub(crate) enum Resize {
     Up(ConvTransposeUpsample),
     Identity,
     Down(Conv2d),
@@ -20,9 +20,9 @@ enum Resize {
 
 /// `RCU(x) = conv2(relu(conv1(relu(x)))) + relu(x)`: the reference's ReLU works in place on its
 /// input, so the skip connection adds the rectified input, not `x` itself.
-struct ResidualConvUnit {
-    conv1: Conv2d,
-    conv2: Conv2d,
+pub(crate) struct ResidualConvUnit {
+    pub(crate) conv1: Conv2d,
+    pub(crate) conv2: Conv2d,
 }
 
 impl ResidualConvUnit {
@@ -39,10 +39,10 @@ impl ResidualConvUnit {
     }
 }
 
-struct FusionBlock {
-    unit1: Option<ResidualConvUnit>,
-    unit2: ResidualConvUnit,
-    out_conv: Conv2d,
+pub(crate) struct FusionBlock {
+    pub(crate) unit1: Option<ResidualConvUnit>,
+    pub(crate) unit2: ResidualConvUnit,
+    pub(crate) out_conv: Conv2d,
 }
 
 impl FusionBlock {
@@ -68,16 +68,16 @@ impl FusionBlock {
 }
 
 pub struct DptHead {
-    norm: LayerNorm,
-    projects: Vec<Conv2d>,
-    resize: Vec<Resize>,
-    layer_rn: Vec<Conv2d>,
+    pub(crate) norm: LayerNorm,
+    pub(crate) projects: Vec<Conv2d>,
+    pub(crate) resize: Vec<Resize>,
+    pub(crate) layer_rn: Vec<Conv2d>,
     /// refinenet1..4 in that order.
-    refine: Vec<FusionBlock>,
-    output_conv1: Conv2d,
-    output_conv2a: Conv2d,
-    output_conv2b: Conv2d,
-    patch: usize,
+    pub(crate) refine: Vec<FusionBlock>,
+    pub(crate) output_conv1: Conv2d,
+    pub(crate) output_conv2a: Conv2d,
+    pub(crate) output_conv2b: Conv2d,
+    pub(crate) patch: usize,
 }
 
 fn relu(x: &mut [f32]) {
@@ -258,7 +258,7 @@ impl DptHead {
 
 /// Add the sin/cos embedding of a centred UV grid (scaled by 0.1) to a feature map: the first
 /// half of the channels encode x, the second half y; each half is [sin ω_k v, cos ω_k v].
-fn add_uv_embedding(x: &mut FeatureMap, aspect: f64) {
+pub(crate) fn add_uv_embedding(x: &mut FeatureMap, aspect: f64) {
     let (h, w, c) = (x.height, x.width, x.channels);
     let diag = (aspect * aspect + 1.0).sqrt();
     let span_x = (aspect / diag) as f32;

@@ -1,0 +1,627 @@
+//! NHWC convolution building blocks on bf16 feature maps (`kernels/dpt.cu`), for the DPT head.
+//!
+//! A convolution is an im2col into `[out pixel][ky][kx][cin]` followed by one cuBLASLt GEMM
+//! against the weight reordered on the host to `[cout][ky][kx][cin]` (f32 accumulation, the conv
+//! bias in the GEMM epilogue). A 1x1 convolution is the GEMM alone. A transposed convolution whose
+//! stride equals its kernel (the head's k4s4 and k2s2 upsamplers: non-overlapping) is a GEMM
+//! against the weight reordered to `[ky][kx][cout][cin]`, with the bias repeated per (ky, kx) in
+//! the epilogue, then a pixel-shuffle scatter. Bilinear resizing (align_corners=True), the
+//! ResidualConvUnit's additions and the final activations are small kernels.
+//!
+//! Everything here only enqueues work on the device's stream with fixed addresses and sizes, so
+//! it can be captured in a CUDA graph; device memory is allocated only by the `upload`
+//! constructors. Channel counts must be multiples of 8 (the kernels move 16-byte vectors).
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use half::bf16;
+
+use super::arena::DevPtr;
+use super::gemm::{Epilogue, Gemm};
+use super::{CudaDevice, CudaError};
+use crate::model::ops::conv::{Conv2d, ConvTransposeUpsample};
+
+/// Threads per block of the elementwise kernels (grid-stride loops).
+const THREADS: u32 = 256;
+/// Grid cap of the grid-stride kernels: plenty to fill any GPU.
+const MAX_BLOCKS: u64 = 1 << 16;
+
+type Result<T> = std::result::Result<T, CudaError>;
+
+fn invalid(msg: String) -> CudaError {
+    CudaError::Invalid(msg)
+}
+
+/// Grid-stride launch over `work` items.
+fn grid_stride(work: u64) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (
+            work.div_ceil(THREADS as u64).clamp(1, MAX_BLOCKS) as u32,
+            1,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn as_u32(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| invalid(format!("{what} = {v} does not fit in 32 bits")))
+}
+
+fn check_vec8(c: usize, what: &str) -> Result<()> {
+    if c == 0 || !c.is_multiple_of(8) {
+        return Err(invalid(format!(
+            "{what}: {c} channels; the NHWC kernels need a positive multiple of 8"
+        )));
+    }
+    Ok(())
+}
+
+/// f32 host values to a new bf16 device buffer (round to nearest even).
+pub fn upload_bf16(dev: &CudaDevice, host: &[f32]) -> Result<CudaSlice<bf16>> {
+    let v: Vec<bf16> = host.iter().map(|&x| bf16::from_f32(x)).collect();
+    Ok(dev.stream.clone_htod(&v)?)
+}
+
+/// f32 host values to a new f32 device buffer.
+pub fn upload_f32(dev: &CudaDevice, host: &[f32]) -> Result<CudaSlice<f32>> {
+    Ok(dev.stream.clone_htod(host)?)
+}
+
+/// Height, width and channels of an NHWC map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nhwc {
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+}
+
+impl Nhwc {
+    pub fn new(h: usize, w: usize, c: usize) -> Self {
+        Self { h, w, c }
+    }
+    pub fn pixels(&self) -> usize {
+        self.h * self.w
+    }
+    pub fn len(&self) -> usize {
+        self.h * self.w * self.c
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// LayerNorm of `rows` rows of `dim` f32 values, the first at row `first_row` of `x` (row stride
+/// `row_stride` elements), into dense bf16 `y [rows][dim]`; weight and bias f32 `[dim]`.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_rows(
+    dev: &CudaDevice,
+    x: DevPtr<f32>,
+    row_stride: usize,
+    first_row: usize,
+    rows: usize,
+    dim: usize,
+    weight: DevPtr<f32>,
+    bias: DevPtr<f32>,
+    eps: f32,
+    y: DevPtr<bf16>,
+) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    if row_stride < dim {
+        return Err(invalid(format!(
+            "layer_norm_rows: row stride {row_stride} < width {dim}"
+        )));
+    }
+    x.check_len(
+        (first_row + rows - 1) * row_stride + dim,
+        "layer_norm_rows input",
+    )?;
+    weight.check_len(dim, "layer_norm_rows weight")?;
+    bias.check_len(dim, "layer_norm_rows bias")?;
+    y.check_len(rows * dim, "layer_norm_rows output")?;
+    let f = dev.kernels.get("dpt_layernorm_rows")?;
+    let (xa, wa, ba, ya) = (x.addr(), weight.addr(), bias.addr(), y.addr());
+    let stride = row_stride as u64;
+    let first = as_u32(first_row, "first_row")?;
+    let dim32 = as_u32(dim, "dim")?;
+    let cfg = LaunchConfig {
+        grid_dim: (as_u32(rows, "rows")?, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&xa)
+        .arg(&stride)
+        .arg(&first)
+        .arg(&dim32)
+        .arg(&wa)
+        .arg(&ba)
+        .arg(&eps)
+        .arg(&ya);
+    // SAFETY: arguments match dpt_layernorm_rows; every range was length-checked above.
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}
+
+/// `x[i] = bf16(x[i] + table[i])` for `n` values (the UV positional embedding).
+pub fn add_table(dev: &CudaDevice, x: DevPtr<bf16>, table: DevPtr<f32>, n: usize) -> Result<()> {
+    x.check_len(n, "add_table map")?;
+    table.check_len(n, "add_table table")?;
+    let f = dev.kernels.get("dpt_add_table")?;
+    let (xa, ta, n64) = (x.addr(), table.addr(), n as u64);
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&xa).arg(&ta).arg(&n64);
+    // SAFETY: arguments match dpt_add_table; lengths checked.
+    unsafe { b.launch(grid_stride(n64)) }?;
+    Ok(())
+}
+
+/// Output size of a 3x3 convolution with padding 1 along one axis.
+pub fn conv3x3_out(len: usize, stride: usize) -> usize {
+    (len + 2 - 3) / stride + 1
+}
+
+/// im2col of a 3x3, padding-1 convolution over `x` (dims `inp`) for output rows
+/// `row0 .. row0 + rows`: `cols [rows * ow][3][3][cin]`, the input rectified when `relu`.
+#[allow(clippy::too_many_arguments)]
+pub fn im2col3x3(
+    dev: &CudaDevice,
+    x: DevPtr<bf16>,
+    inp: Nhwc,
+    stride: usize,
+    row0: usize,
+    rows: usize,
+    relu: bool,
+    cols: DevPtr<bf16>,
+) -> Result<()> {
+    check_vec8(inp.c, "im2col3x3")?;
+    if stride == 0 || inp.h == 0 || inp.w == 0 {
+        return Err(invalid(format!("im2col3x3: stride {stride} on {inp:?}")));
+    }
+    let (oh, ow) = (conv3x3_out(inp.h, stride), conv3x3_out(inp.w, stride));
+    if row0 + rows > oh {
+        return Err(invalid(format!(
+            "im2col3x3: rows {row0}..{} of {oh}",
+            row0 + rows
+        )));
+    }
+    x.check_len(inp.len(), "im2col3x3 input")?;
+    let n = rows * ow * 9 * inp.c;
+    cols.check_len(n, "im2col3x3 columns")?;
+    let f = dev.kernels.get("dpt_im2col3x3")?;
+    let (xa, ca) = (x.addr(), cols.addr());
+    let (h, w, c) = (
+        as_u32(inp.h, "h")?,
+        as_u32(inp.w, "w")?,
+        as_u32(inp.c, "c")?,
+    );
+    let (s, r0, nr, ow32, relu32) = (
+        stride as u32,
+        row0 as u32,
+        rows as u32,
+        ow as u32,
+        u32::from(relu),
+    );
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&xa)
+        .arg(&h)
+        .arg(&w)
+        .arg(&c)
+        .arg(&s)
+        .arg(&r0)
+        .arg(&nr)
+        .arg(&ow32)
+        .arg(&relu32)
+        .arg(&ca);
+    // SAFETY: arguments match dpt_im2col3x3; input and output lengths checked above.
+    unsafe { b.launch(grid_stride((n / 8) as u64)) }?;
+    Ok(())
+}
+
+/// The scatter after a kernel == stride transposed convolution's GEMM:
+/// `y [h*w][k][k][cout]` to `out [h*k][w*k][cout]`.
+pub fn pixel_shuffle(
+    dev: &CudaDevice,
+    y: DevPtr<bf16>,
+    inp: Nhwc,
+    k: usize,
+    cout: usize,
+    out: DevPtr<bf16>,
+) -> Result<()> {
+    check_vec8(cout, "pixel_shuffle")?;
+    let n = inp.pixels() * k * k * cout;
+    y.check_len(n, "pixel_shuffle input")?;
+    out.check_len(n, "pixel_shuffle output")?;
+    let f = dev.kernels.get("dpt_pixel_shuffle")?;
+    let (ya, oa) = (y.addr(), out.addr());
+    let (h, w, k32, c) = (
+        as_u32(inp.h, "h")?,
+        as_u32(inp.w, "w")?,
+        as_u32(k, "k")?,
+        as_u32(cout, "cout")?,
+    );
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&ya).arg(&h).arg(&w).arg(&k32).arg(&c).arg(&oa);
+    // SAFETY: arguments match dpt_pixel_shuffle; lengths checked.
+    unsafe { b.launch(grid_stride((n / 8) as u64)) }?;
+    Ok(())
+}
+
+/// Bilinear resize with align_corners=True of `x` (dims `inp`) to `oh x ow`, plus the f32 table
+/// `add [oh][ow][c]` when given (added before the one rounding to bf16).
+pub fn bilinear(
+    dev: &CudaDevice,
+    x: DevPtr<bf16>,
+    inp: Nhwc,
+    (oh, ow): (usize, usize),
+    add: Option<DevPtr<f32>>,
+    y: DevPtr<bf16>,
+) -> Result<()> {
+    check_vec8(inp.c, "bilinear")?;
+    if inp.h == 0 || inp.w == 0 {
+        return Err(invalid(format!("bilinear: empty input {inp:?}")));
+    }
+    let n = oh * ow * inp.c;
+    x.check_len(inp.len(), "bilinear input")?;
+    y.check_len(n, "bilinear output")?;
+    if let Some(t) = add {
+        t.check_len(n, "bilinear addend")?;
+    }
+    let f = dev.kernels.get("dpt_bilinear")?;
+    let (xa, ya) = (x.addr(), y.addr());
+    let ta = add.map_or(0u64, |t| t.addr());
+    let (ih, iw, c) = (
+        as_u32(inp.h, "h")?,
+        as_u32(inp.w, "w")?,
+        as_u32(inp.c, "c")?,
+    );
+    let (oh32, ow32) = (as_u32(oh, "oh")?, as_u32(ow, "ow")?);
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&xa)
+        .arg(&ih)
+        .arg(&iw)
+        .arg(&c)
+        .arg(&oh32)
+        .arg(&ow32)
+        .arg(&ta)
+        .arg(&ya);
+    // SAFETY: arguments match dpt_bilinear; lengths checked; a null addend is allowed.
+    unsafe { b.launch(grid_stride((n / 8) as u64)) }?;
+    Ok(())
+}
+
+/// `out = a + (relu(b) if relu_b else b) (+ c)` over `n` values (a multiple of 8), rounded once.
+/// `out` may be one of the inputs.
+pub fn add(
+    dev: &CudaDevice,
+    out: DevPtr<bf16>,
+    a: DevPtr<bf16>,
+    b: DevPtr<bf16>,
+    c: Option<DevPtr<bf16>>,
+    n: usize,
+    relu_b: bool,
+) -> Result<()> {
+    check_vec8(n, "add")?;
+    out.check_len(n, "add output")?;
+    a.check_len(n, "add a")?;
+    b.check_len(n, "add b")?;
+    if let Some(c) = c {
+        c.check_len(n, "add c")?;
+    }
+    let f = dev.kernels.get("dpt_add")?;
+    let (oa, aa, ba) = (out.addr(), a.addr(), b.addr());
+    let ca = c.map_or(0u64, |c| c.addr());
+    let (n8, r) = ((n / 8) as u64, u32::from(relu_b));
+    let mut bl = dev.stream.launch_builder(f);
+    bl.arg(&oa).arg(&aa).arg(&ba).arg(&ca).arg(&n8).arg(&r);
+    // SAFETY: arguments match dpt_add; lengths checked; a null `c` is allowed.
+    unsafe { bl.launch(grid_stride(n8)) }?;
+    Ok(())
+}
+
+/// ReLU, 1x1 conv `cin -> 2` (f32 weight `[2][cin]`, bias `[2]`), then `depth = exp(ch0)` and
+/// `conf = 1 + exp(ch1)` into planar f32 maps of `pixels` values; `x [pixels][cin]`.
+#[allow(clippy::too_many_arguments)]
+pub fn output_head(
+    dev: &CudaDevice,
+    x: DevPtr<bf16>,
+    pixels: usize,
+    cin: usize,
+    weight: DevPtr<f32>,
+    bias: DevPtr<f32>,
+    depth: DevPtr<f32>,
+    conf: DevPtr<f32>,
+) -> Result<()> {
+    check_vec8(cin, "output_head")?;
+    x.check_len(pixels * cin, "output_head input")?;
+    weight.check_len(2 * cin, "output_head weight")?;
+    bias.check_len(2, "output_head bias")?;
+    depth.check_len(pixels, "depth map")?;
+    conf.check_len(pixels, "confidence map")?;
+    let f = dev.kernels.get("dpt_output_head")?;
+    let (xa, wa, ba, da, ca) = (
+        x.addr(),
+        weight.addr(),
+        bias.addr(),
+        depth.addr(),
+        conf.addr(),
+    );
+    let (n, c) = (as_u32(pixels, "pixels")?, as_u32(cin, "cin")?);
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(THREADS).max(1), 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&xa)
+        .arg(&n)
+        .arg(&c)
+        .arg(&wa)
+        .arg(&ba)
+        .arg(&da)
+        .arg(&ca);
+    // SAFETY: arguments match dpt_output_head; lengths checked.
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}
+
+/// A convolution on the device: 1x1 (stride 1, no padding) or 3x3 with padding 1 (stride 1 or
+/// 2), weight bf16 `[cout][k][k][cin]`, optional bias bf16 `[cout]`.
+pub struct DeviceConv {
+    weight: CudaSlice<bf16>,
+    bias: Option<CudaSlice<bf16>>,
+    pub cin: usize,
+    pub cout: usize,
+    pub kernel: usize,
+    pub stride: usize,
+}
+
+impl DeviceConv {
+    /// Reorders PyTorch's `[out][in][kh][kw]` to `[out][kh][kw][in]` and uploads it as bf16.
+    pub fn upload(dev: &CudaDevice, conv: &Conv2d) -> Result<Self> {
+        let (k, s, p) = (conv.kernel, conv.stride, conv.padding);
+        let supported = (k == 1 && s == 1 && p == 0) || (k == 3 && p == 1 && (s == 1 || s == 2));
+        if !supported {
+            return Err(invalid(format!(
+                "conv k{k} s{s} p{p}: only 1x1 and 3x3 pad-1 (stride 1 or 2) are implemented"
+            )));
+        }
+        let (cin, cout) = (conv.in_channels, conv.out_channels);
+        check_vec8(cin, "conv input")?;
+        check_vec8(cout, "conv output")?;
+        if conv.weight.len() != cout * cin * k * k {
+            return Err(invalid(format!(
+                "conv weight holds {} values, expected {cout}x{cin}x{k}x{k}",
+                conv.weight.len()
+            )));
+        }
+        let mut w = vec![0.0f32; conv.weight.len()];
+        for co in 0..cout {
+            for ci in 0..cin {
+                for ky in 0..k {
+                    for kx in 0..k {
+                        w[((co * k + ky) * k + kx) * cin + ci] =
+                            conv.weight[((co * cin + ci) * k + ky) * k + kx];
+                    }
+                }
+            }
+        }
+        let bias = match &conv.bias {
+            Some(b) if b.len() == cout => Some(upload_bf16(dev, b)?),
+            Some(b) => {
+                return Err(invalid(format!(
+                    "conv bias holds {} values, expected {cout}",
+                    b.len()
+                )));
+            }
+            None => None,
+        };
+        Ok(Self {
+            weight: upload_bf16(dev, &w)?,
+            bias,
+            cin,
+            cout,
+            kernel: k,
+            stride: s,
+        })
+    }
+
+    /// Output dims for an `h x w` input.
+    pub fn out_dims(&self, h: usize, w: usize) -> Nhwc {
+        if self.kernel == 1 {
+            Nhwc::new(h, w, self.cout)
+        } else {
+            Nhwc::new(
+                conv3x3_out(h, self.stride),
+                conv3x3_out(w, self.stride),
+                self.cout,
+            )
+        }
+    }
+
+    /// im2col elements for the whole output of an `h x w` input (0 for a 1x1 conv); `forward`
+    /// works in row chunks when its column buffer is smaller.
+    pub fn cols_for(&self, h: usize, w: usize) -> usize {
+        if self.kernel == 1 {
+            0
+        } else {
+            self.out_dims(h, w).pixels() * 9 * self.cin
+        }
+    }
+
+    /// Elements of one output row's im2col (the least column buffer `forward` can work with).
+    pub fn cols_per_row(&self, w: usize) -> usize {
+        if self.kernel == 1 {
+            0
+        } else {
+            conv3x3_out(w, self.stride) * 9 * self.cin
+        }
+    }
+
+    /// `y = conv(relu(x) if relu_input else x)`; x `[h][w][cin]`, y `[oh][ow][cout]`. A 3x3 conv
+    /// goes through `cols` in as many output-row chunks as its length requires.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        dev: &CudaDevice,
+        gemm: &mut Gemm,
+        x: DevPtr<bf16>,
+        h: usize,
+        w: usize,
+        relu_input: bool,
+        cols: DevPtr<bf16>,
+        y: DevPtr<bf16>,
+    ) -> Result<Nhwc> {
+        let inp = Nhwc::new(h, w, self.cin);
+        let out = self.out_dims(h, w);
+        x.check_len(inp.len(), "conv input")?;
+        y.check_len(out.len(), "conv output")?;
+        let weight = DevPtr::of(&self.weight);
+        let bias = self.bias.as_ref().map(DevPtr::of);
+        let epilogue = if bias.is_some() {
+            Epilogue::Bias
+        } else {
+            Epilogue::None
+        };
+        if self.kernel == 1 {
+            if relu_input {
+                return Err(invalid(
+                    "a 1x1 conv with a rectified input is not implemented".into(),
+                ));
+            }
+            gemm.linear(
+                dev,
+                x,
+                weight,
+                bias,
+                y,
+                out.pixels(),
+                self.cout,
+                self.cin,
+                epilogue,
+            )?;
+            return Ok(out);
+        }
+        let per_row = self.cols_per_row(w);
+        let rows_per_chunk = (cols.len() / per_row).min(out.h);
+        if rows_per_chunk == 0 {
+            return Err(invalid(format!(
+                "conv column buffer of {} elements is smaller than one output row ({per_row})",
+                cols.len()
+            )));
+        }
+        let kk = 9 * self.cin;
+        let mut r0 = 0;
+        while r0 < out.h {
+            let nr = rows_per_chunk.min(out.h - r0);
+            let m = nr * out.w;
+            im2col3x3(dev, x, inp, self.stride, r0, nr, relu_input, cols)?;
+            gemm.linear(
+                dev,
+                cols.slice(0, m * kk)?,
+                weight,
+                bias,
+                y.slice(r0 * out.w * self.cout, m * self.cout)?,
+                m,
+                self.cout,
+                kk,
+                epilogue,
+            )?;
+            r0 += nr;
+        }
+        Ok(out)
+    }
+}
+
+/// A transposed convolution with kernel == stride on the device: weight bf16 `[k][k][cout][cin]`
+/// (GEMM rows ordered so that the scatter moves contiguous channel runs), bias bf16 repeated
+/// per (ky, kx): `[k][k][cout]`.
+pub struct DeviceConvTranspose {
+    weight: CudaSlice<bf16>,
+    bias: CudaSlice<bf16>,
+    pub cin: usize,
+    pub cout: usize,
+    pub kernel: usize,
+}
+
+impl DeviceConvTranspose {
+    /// Reorders PyTorch's `[in][out][kh][kw]` to `[kh][kw][out][in]`.
+    pub fn upload(dev: &CudaDevice, t: &ConvTransposeUpsample) -> Result<Self> {
+        let (cin, cout, k) = (t.in_channels, t.out_channels, t.kernel);
+        check_vec8(cin, "conv-transpose input")?;
+        check_vec8(cout, "conv-transpose output")?;
+        if t.weight.len() != cin * cout * k * k || t.bias.len() != cout || k == 0 {
+            return Err(invalid(format!(
+                "conv-transpose weight {} / bias {} values, expected {cin}x{cout}x{k}x{k} / {cout}",
+                t.weight.len(),
+                t.bias.len()
+            )));
+        }
+        let mut w = vec![0.0f32; t.weight.len()];
+        for ci in 0..cin {
+            for co in 0..cout {
+                for ky in 0..k {
+                    for kx in 0..k {
+                        w[((ky * k + kx) * cout + co) * cin + ci] =
+                            t.weight[((ci * cout + co) * k + ky) * k + kx];
+                    }
+                }
+            }
+        }
+        let bias: Vec<f32> = (0..k * k).flat_map(|_| t.bias.iter().copied()).collect();
+        Ok(Self {
+            weight: upload_bf16(dev, &w)?,
+            bias: upload_bf16(dev, &bias)?,
+            cin,
+            cout,
+            kernel: k,
+        })
+    }
+
+    pub fn out_dims(&self, h: usize, w: usize) -> Nhwc {
+        Nhwc::new(h * self.kernel, w * self.kernel, self.cout)
+    }
+
+    /// Elements of the GEMM result `tmp` that `forward` needs for an `h x w` input.
+    pub fn tmp_for(&self, h: usize, w: usize) -> usize {
+        h * w * self.kernel * self.kernel * self.cout
+    }
+
+    /// `y [h*k][w*k][cout] = convT(x [h][w][cin])`, through `tmp` (see [`Self::tmp_for`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        dev: &CudaDevice,
+        gemm: &mut Gemm,
+        x: DevPtr<bf16>,
+        h: usize,
+        w: usize,
+        tmp: DevPtr<bf16>,
+        y: DevPtr<bf16>,
+    ) -> Result<Nhwc> {
+        let n = self.kernel * self.kernel * self.cout;
+        let tmp = tmp.slice(0, self.tmp_for(h, w))?;
+        gemm.linear(
+            dev,
+            x,
+            DevPtr::of(&self.weight),
+            Some(DevPtr::of(&self.bias)),
+            tmp,
+            h * w,
+            n,
+            self.cin,
+            Epilogue::Bias,
+        )?;
+        pixel_shuffle(
+            dev,
+            tmp,
+            Nhwc::new(h, w, self.cin),
+            self.kernel,
+            self.cout,
+            y,
+        )?;
+        Ok(self.out_dims(h, w))
+    }
+}

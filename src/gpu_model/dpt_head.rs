@@ -1,0 +1,483 @@
+//! The DPT depth head on the GPU, one frame per call: the CPU head (`model::dpt_head`) with
+//! bf16 NHWC feature maps, f32 accumulation in cuBLASLt GEMMs and the glue kernels of
+//! `kernels/dpt.cu` (through `backend::cuda::conv`).
+//!
+//! Per tap: LayerNorm of the patch tokens → 1x1 projection → + UV embedding → resize (k4s4 /
+//! k2s2 transposed conv, identity, 3x3 stride-2 conv) → 3x3 `layer_rn`. Then the fusion blocks
+//! coarse to fine, `output_conv1`, the bilinear resize to the image (+ UV embedding),
+//! `output_conv2` and the activations, written as planar f32 depth and confidence maps.
+//!
+//! Every buffer for the resolution given to [`GpuDptHead::upload`] is allocated there, once:
+//! `forward` only enqueues kernels and GEMMs on fixed addresses (it runs inside a CUDA graph).
+
+use cudarc::driver::CudaSlice;
+use half::bf16;
+
+use crate::backend::cuda::arena::DevPtr;
+use crate::backend::cuda::conv::{self, DeviceConv, DeviceConvTranspose, Nhwc, upload_f32};
+use crate::backend::cuda::gemm::Gemm;
+use crate::backend::cuda::{CudaDevice, CudaError};
+use crate::model::config::SPECIAL_TOKENS;
+use crate::model::dpt_head::{DptHead, FusionBlock, ResidualConvUnit, Resize, add_uv_embedding};
+use crate::model::ops::conv::FeatureMap;
+
+type Result<T> = std::result::Result<T, CudaError>;
+
+/// Upper bound of the im2col buffer in bf16 elements (128 MiB): the large full-resolution convs
+/// run in a few row chunks instead of one huge column matrix.
+const COLS_BUDGET: usize = 1 << 26;
+
+enum DeviceResize {
+    Up(DeviceConvTranspose),
+    Identity,
+    Down(DeviceConv),
+}
+
+/// `RCU(x) = conv2(relu(conv1(relu(x)))) + relu(x)` (the reference's in-place ReLU).
+struct DeviceRcu {
+    conv1: DeviceConv,
+    conv2: DeviceConv,
+}
+
+impl DeviceRcu {
+    fn upload(dev: &CudaDevice, cpu: &ResidualConvUnit) -> Result<Self> {
+        Ok(Self {
+            conv1: DeviceConv::upload(dev, &cpu.conv1)?,
+            conv2: DeviceConv::upload(dev, &cpu.conv2)?,
+        })
+    }
+}
+
+struct DeviceFusion {
+    unit1: Option<DeviceRcu>,
+    unit2: DeviceRcu,
+    out_conv: DeviceConv,
+}
+
+impl DeviceFusion {
+    fn upload(dev: &CudaDevice, cpu: &FusionBlock) -> Result<Self> {
+        Ok(Self {
+            unit1: cpu
+                .unit1
+                .as_ref()
+                .map(|u| DeviceRcu::upload(dev, u))
+                .transpose()?,
+            unit2: DeviceRcu::upload(dev, &cpu.unit2)?,
+            out_conv: DeviceConv::upload(dev, &cpu.out_conv)?,
+        })
+    }
+}
+
+/// Scratch feature maps, each sized for its largest use at this resolution.
+struct Scratch {
+    /// Normalised patch tokens `[np][dim]`.
+    ln: CudaSlice<bf16>,
+    /// A projected tap `[np][oc]`.
+    proj: CudaSlice<bf16>,
+    /// The transposed convs' GEMM result `[np][k][k][oc]`.
+    up: CudaSlice<bf16>,
+    /// A tap brought to its pyramid level.
+    resized: CudaSlice<bf16>,
+    /// The four pyramid levels after `layer_rn`.
+    levels: Vec<CudaSlice<bf16>>,
+    /// Inside a residual conv unit (two), the fusion sum and the unit's output: level-sized.
+    t1: CudaSlice<bf16>,
+    t2: CudaSlice<bf16>,
+    sum: CudaSlice<bf16>,
+    rcu: CudaSlice<bf16>,
+    /// A fusion block's resized map and its `out_conv` output (the next block's input).
+    zoomed: CudaSlice<bf16>,
+    fused: CudaSlice<bf16>,
+    /// `output_conv1` output, then the same resized to the image.
+    head1: CudaSlice<bf16>,
+    full: CudaSlice<bf16>,
+    /// `output_conv2.0` output `[H][W][32]`.
+    head2: CudaSlice<bf16>,
+    /// im2col columns.
+    cols: CudaSlice<bf16>,
+}
+
+/// The depth head of one resolution on the device.
+pub struct GpuDptHead {
+    height: usize,
+    width: usize,
+    ph: usize,
+    pw: usize,
+    dim: usize,
+    eps: f32,
+    norm_weight: CudaSlice<f32>,
+    norm_bias: CudaSlice<f32>,
+    projects: Vec<DeviceConv>,
+    resize: Vec<DeviceResize>,
+    layer_rn: Vec<DeviceConv>,
+    /// refinenet1..4 in that order.
+    refine: Vec<DeviceFusion>,
+    output_conv1: DeviceConv,
+    output_conv2a: DeviceConv,
+    /// `output_conv2.2` (1x1, cin → 2) in f32: `[2][cin]` and `[2]`.
+    out_weight: CudaSlice<f32>,
+    out_bias: CudaSlice<f32>,
+    /// UV embeddings (×0.1, NHWC f32) of the four projections and of the image-size map.
+    uv_taps: Vec<CudaSlice<f32>>,
+    uv_full: CudaSlice<f32>,
+    level_dims: Vec<Nhwc>,
+    s: Scratch,
+}
+
+fn alloc_bf16(dev: &CudaDevice, n: usize) -> Result<CudaSlice<bf16>> {
+    Ok(dev.stream.alloc_zeros::<bf16>(n.max(8))?)
+}
+
+/// The CPU head's UV embedding of a `c × h × w` map (×0.1), as NHWC f32.
+fn uv_table(c: usize, h: usize, w: usize, aspect: f64) -> Vec<f32> {
+    let mut map = FeatureMap::zeros(c, h, w);
+    add_uv_embedding(&mut map, aspect);
+    let plane = h * w;
+    let mut out = vec![0.0f32; c * plane];
+    for (ch, src) in map.data.chunks_exact(plane.max(1)).enumerate() {
+        for (p, &v) in src.iter().enumerate() {
+            out[p * c + ch] = v;
+        }
+    }
+    out
+}
+
+impl GpuDptHead {
+    /// Uploads the CPU head's weights (bf16, reordered for NHWC GEMMs) and allocates every
+    /// buffer for `height × width` input images.
+    pub fn upload(dev: &CudaDevice, cpu: &DptHead, height: usize, width: usize) -> Result<Self> {
+        let (ph, pw) = (height / cpu.patch.max(1), width / cpu.patch.max(1));
+        if ph == 0 || pw == 0 || cpu.projects.len() != 4 || cpu.refine.len() != 4 {
+            return Err(CudaError::Invalid(format!(
+                "DPT head: {height}x{width} images with patch {} (or a head without 4 taps)",
+                cpu.patch
+            )));
+        }
+        let np = ph * pw;
+        let dim = cpu.norm.dim;
+        let aspect = width as f64 / height as f64;
+        let (Some(norm_w), Some(norm_b)) = (&cpu.norm.weight, &cpu.norm.bias) else {
+            return Err(CudaError::Invalid("DPT head norm without affine".into()));
+        };
+
+        let projects = cpu
+            .projects
+            .iter()
+            .map(|c| DeviceConv::upload(dev, c))
+            .collect::<Result<Vec<_>>>()?;
+        let resize = cpu
+            .resize
+            .iter()
+            .map(|r| {
+                Ok(match r {
+                    Resize::Up(t) => DeviceResize::Up(DeviceConvTranspose::upload(dev, t)?),
+                    Resize::Identity => DeviceResize::Identity,
+                    Resize::Down(c) => DeviceResize::Down(DeviceConv::upload(dev, c)?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let layer_rn = cpu
+            .layer_rn
+            .iter()
+            .map(|c| DeviceConv::upload(dev, c))
+            .collect::<Result<Vec<_>>>()?;
+        let refine = cpu
+            .refine
+            .iter()
+            .map(|f| DeviceFusion::upload(dev, f))
+            .collect::<Result<Vec<_>>>()?;
+        let output_conv1 = DeviceConv::upload(dev, &cpu.output_conv1)?;
+        let output_conv2a = DeviceConv::upload(dev, &cpu.output_conv2a)?;
+        let last = &cpu.output_conv2b;
+        if last.kernel != 1 || last.out_channels != 2 || last.in_channels != output_conv2a.cout {
+            return Err(CudaError::Invalid(format!(
+                "DPT output_conv2.2: {}→{} k{}, expected a 1x1 {}→2",
+                last.in_channels, last.out_channels, last.kernel, output_conv2a.cout
+            )));
+        }
+        let zero_bias = [0.0f32; 2];
+        let out_bias = upload_f32(dev, last.bias.as_deref().unwrap_or(&zero_bias))?;
+
+        // Shapes along the way, to size every buffer.
+        let mut cols = 0usize;
+        let mut cols_row = 0usize;
+        let mut note_conv = |c: &DeviceConv, h: usize, w: usize| {
+            cols = cols.max(c.cols_for(h, w).min(COLS_BUDGET));
+            cols_row = cols_row.max(c.cols_per_row(w));
+        };
+        let mut proj_len = 0;
+        let mut up_len = 0;
+        let mut resized_len = 0;
+        let mut level_dims = Vec::with_capacity(4);
+        for i in 0..4 {
+            let p = &projects[i];
+            if p.kernel != 1 || p.cin != dim {
+                return Err(CudaError::Invalid(format!(
+                    "DPT projects.{i}: expected a 1x1 conv from {dim} channels"
+                )));
+            }
+            proj_len = proj_len.max(np * p.cout);
+            let d = match &resize[i] {
+                DeviceResize::Up(t) => {
+                    up_len = up_len.max(t.tmp_for(ph, pw));
+                    let d = t.out_dims(ph, pw);
+                    resized_len = resized_len.max(d.len());
+                    d
+                }
+                DeviceResize::Identity => Nhwc::new(ph, pw, p.cout),
+                DeviceResize::Down(c) => {
+                    note_conv(c, ph, pw);
+                    let d = c.out_dims(ph, pw);
+                    resized_len = resized_len.max(d.len());
+                    d
+                }
+            };
+            if d.c != layer_rn[i].cin {
+                return Err(CudaError::Invalid(format!(
+                    "DPT tap {i}: {} channels into layer{}_rn of {}",
+                    d.c,
+                    i + 1,
+                    layer_rn[i].cin
+                )));
+            }
+            note_conv(&layer_rn[i], d.h, d.w);
+            level_dims.push(layer_rn[i].out_dims(d.h, d.w));
+        }
+        let features = level_dims[0].c;
+        let level_max = level_dims.iter().map(Nhwc::len).max().unwrap_or(0);
+        // Fusion outputs: levels 2, 1, 0 sizes, then twice level 0.
+        let l0 = level_dims[0];
+        let final_fused = Nhwc::new(2 * l0.h, 2 * l0.w, features);
+        let fused_max = level_dims[..3]
+            .iter()
+            .map(Nhwc::len)
+            .chain([final_fused.len()])
+            .max()
+            .unwrap_or(0);
+        for (r, f) in refine.iter().enumerate() {
+            // refinenet r+1 works at level r's size.
+            let d = level_dims[r];
+            for unit in f.unit1.iter().chain([&f.unit2]) {
+                note_conv(&unit.conv1, d.h, d.w);
+                note_conv(&unit.conv2, d.h, d.w);
+            }
+        }
+        note_conv(&output_conv1, final_fused.h, final_fused.w);
+        let c1 = output_conv1.out_dims(final_fused.h, final_fused.w);
+        note_conv(&output_conv2a, height, width);
+        let cols = cols.max(cols_row);
+
+        let uv_taps = projects
+            .iter()
+            .map(|p| upload_f32(dev, &uv_table(p.cout, ph, pw, aspect)))
+            .collect::<Result<Vec<_>>>()?;
+        let uv_full = upload_f32(dev, &uv_table(c1.c, height, width, aspect))?;
+
+        let s = Scratch {
+            ln: alloc_bf16(dev, np * dim)?,
+            proj: alloc_bf16(dev, proj_len)?,
+            up: alloc_bf16(dev, up_len)?,
+            resized: alloc_bf16(dev, resized_len)?,
+            levels: level_dims
+                .iter()
+                .map(|d| alloc_bf16(dev, d.len()))
+                .collect::<Result<Vec<_>>>()?,
+            t1: alloc_bf16(dev, level_max)?,
+            t2: alloc_bf16(dev, level_max)?,
+            sum: alloc_bf16(dev, level_max)?,
+            rcu: alloc_bf16(dev, level_max)?,
+            zoomed: alloc_bf16(dev, fused_max)?,
+            fused: alloc_bf16(dev, fused_max)?,
+            head1: alloc_bf16(dev, c1.len())?,
+            full: alloc_bf16(dev, height * width * c1.c)?,
+            head2: alloc_bf16(dev, height * width * output_conv2a.cout)?,
+            cols: alloc_bf16(dev, cols)?,
+        };
+        Ok(Self {
+            height,
+            width,
+            ph,
+            pw,
+            dim,
+            eps: cpu.norm.eps,
+            norm_weight: upload_f32(dev, norm_w)?,
+            norm_bias: upload_f32(dev, norm_b)?,
+            projects,
+            resize,
+            layer_rn,
+            refine,
+            output_conv1,
+            output_conv2a,
+            out_weight: upload_f32(dev, &last.weight)?,
+            out_bias,
+            uv_taps,
+            uv_full,
+            level_dims,
+            s,
+        })
+    }
+
+    pub fn height(&self) -> usize {
+        self.height
+    }
+
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Tokens per frame the taps must hold: the special tokens, then the patch grid.
+    pub fn tokens_per_frame(&self) -> usize {
+        SPECIAL_TOKENS + self.ph * self.pw
+    }
+
+    /// Depth `[H][W]` and confidence `[H][W]` (f32, activations applied) of one frame from its
+    /// four aggregator taps: `taps[i]` points at the frame's token 0, rows of `dim` f32 values
+    /// `tap_row_stride` elements apart; the patch tokens are rows `6 ..`.
+    pub fn forward(
+        &mut self,
+        dev: &CudaDevice,
+        gemm: &mut Gemm,
+        taps: [DevPtr<f32>; 4],
+        tap_row_stride: usize,
+        depth: DevPtr<f32>,
+        conf: DevPtr<f32>,
+    ) -> Result<()> {
+        let (ph, pw) = (self.ph, self.pw);
+        let np = ph * pw;
+        let s = &self.s;
+        let cols = DevPtr::of(&s.cols);
+        for (i, tap) in taps.iter().enumerate() {
+            let ln = DevPtr::of(&s.ln);
+            conv::layer_norm_rows(
+                dev,
+                *tap,
+                tap_row_stride,
+                SPECIAL_TOKENS,
+                np,
+                self.dim,
+                DevPtr::of(&self.norm_weight),
+                DevPtr::of(&self.norm_bias),
+                self.eps,
+                ln,
+            )?;
+            let proj = DevPtr::of(&s.proj);
+            let pd = self.projects[i].forward(dev, gemm, ln, ph, pw, false, cols, proj)?;
+            conv::add_table(dev, proj, DevPtr::of(&self.uv_taps[i]), pd.len())?;
+            let resized = DevPtr::of(&s.resized);
+            let (src, d) = match &self.resize[i] {
+                DeviceResize::Up(t) => {
+                    let d = t.forward(dev, gemm, proj, ph, pw, DevPtr::of(&s.up), resized)?;
+                    (resized, d)
+                }
+                DeviceResize::Identity => (proj, pd),
+                DeviceResize::Down(c) => {
+                    let d = c.forward(dev, gemm, proj, ph, pw, false, cols, resized)?;
+                    (resized, d)
+                }
+            };
+            self.layer_rn[i].forward(
+                dev,
+                gemm,
+                src,
+                d.h,
+                d.w,
+                false,
+                cols,
+                DevPtr::of(&s.levels[i]),
+            )?;
+        }
+
+        // Fusion, coarse to fine: refinenet4 on level 3 alone, then refinenet r with level r-1.
+        let fused = DevPtr::of(&s.fused);
+        let l0 = self.level_dims[0];
+        for r in (0..4).rev() {
+            let d = self.level_dims[r];
+            let target = if r == 0 {
+                (2 * l0.h, 2 * l0.w)
+            } else {
+                (self.level_dims[r - 1].h, self.level_dims[r - 1].w)
+            };
+            let level = DevPtr::of(&s.levels[r]);
+            let block = &self.refine[r];
+            // x = a + RCU1(level) for refinenet1..3 (a = the previous block's output, already
+            // at this level's size); refinenet4's x is level 3 itself.
+            let x = match (&block.unit1, r) {
+                (Some(unit1), 0..=2) => {
+                    let sum = DevPtr::of(&s.sum);
+                    rcu(dev, gemm, unit1, level, d, cols, s, Some(fused), sum)?;
+                    sum
+                }
+                (None, 3) => level,
+                _ => {
+                    return Err(CudaError::Invalid(format!(
+                        "DPT refinenet{}: unexpected residual units",
+                        r + 1
+                    )));
+                }
+            };
+            let y = DevPtr::of(&s.rcu);
+            rcu(dev, gemm, &block.unit2, x, d, cols, s, None, y)?;
+            let zoomed = DevPtr::of(&s.zoomed);
+            conv::bilinear(dev, y, d, target, None, zoomed)?;
+            block
+                .out_conv
+                .forward(dev, gemm, zoomed, target.0, target.1, false, cols, fused)?;
+        }
+
+        let (fh, fw) = (2 * l0.h, 2 * l0.w);
+        let head1 = DevPtr::of(&s.head1);
+        let c1 = self
+            .output_conv1
+            .forward(dev, gemm, fused, fh, fw, false, cols, head1)?;
+        let full = DevPtr::of(&s.full);
+        conv::bilinear(
+            dev,
+            head1,
+            c1,
+            (self.height, self.width),
+            Some(DevPtr::of(&self.uv_full)),
+            full,
+        )?;
+        let head2 = DevPtr::of(&s.head2);
+        let c2 = self.output_conv2a.forward(
+            dev,
+            gemm,
+            full,
+            self.height,
+            self.width,
+            false,
+            cols,
+            head2,
+        )?;
+        conv::output_head(
+            dev,
+            head2,
+            self.height * self.width,
+            c2.c,
+            DevPtr::of(&self.out_weight),
+            DevPtr::of(&self.out_bias),
+            depth,
+            conf,
+        )
+    }
+}
+
+/// `out = conv2(relu(conv1(relu(x)))) + relu(x) (+ extra)` at dims `d`, through `s.t1`/`s.t2`.
+#[allow(clippy::too_many_arguments)]
+fn rcu(
+    dev: &CudaDevice,
+    gemm: &mut Gemm,
+    unit: &DeviceRcu,
+    x: DevPtr<bf16>,
+    d: Nhwc,
+    cols: DevPtr<bf16>,
+    s: &Scratch,
+    extra: Option<DevPtr<bf16>>,
+    out: DevPtr<bf16>,
+) -> Result<()> {
+    let (t1, t2) = (DevPtr::of(&s.t1), DevPtr::of(&s.t2));
+    unit.conv1.forward(dev, gemm, x, d.h, d.w, true, cols, t1)?;
+    unit.conv2
+        .forward(dev, gemm, t1, d.h, d.w, true, cols, t2)?;
+    conv::add(dev, out, t2, x, extra, d.len(), true)
+}
