@@ -8,6 +8,7 @@
 
 pub mod arena;
 pub mod attention;
+pub mod conv;
 pub mod device;
 mod error;
 pub mod gemm;
