@@ -20,21 +20,21 @@ pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
 pub struct Aggregator {
-    dino: DinoBackbone,
+    pub(crate) dino: DinoBackbone,
     /// `[variant][C]`: variant 0 for the sequence's first frame, 1 otherwise.
-    camera_token: Vec<f32>,
+    pub(crate) camera_token: Vec<f32>,
     /// `[variant][4][C]`.
-    register_token: Vec<f32>,
+    pub(crate) register_token: Vec<f32>,
     /// `[variant][C]`: variant 0 for the scale frames, 1 otherwise.
-    scale_token: Vec<f32>,
-    frame_blocks: Vec<TransformerBlock>,
-    global_blocks: Vec<TransformerBlock>,
-    embed: usize,
-    heads: usize,
-    head_dim: usize,
-    patch: usize,
-    taps: Vec<usize>,
-    max_frame_num: usize,
+    pub(crate) scale_token: Vec<f32>,
+    pub(crate) frame_blocks: Vec<TransformerBlock>,
+    pub(crate) global_blocks: Vec<TransformerBlock>,
+    pub(crate) embed: usize,
+    pub(crate) heads: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) patch: usize,
+    pub(crate) taps: Vec<usize>,
+    pub(crate) max_frame_num: usize,
 }
 
 /// Where a call's frames sit in the stream.

@@ -14,16 +14,16 @@ use super::weights::WeightStore;
 
 pub struct DinoBackbone {
     /// The 14×14 stride-14 patch convolution as a linear map over flattened `[3][14][14]` patches.
-    patch_proj: Linear,
-    cls_token: Vec<f32>,
+    pub(crate) patch_proj: Linear,
+    pub(crate) cls_token: Vec<f32>,
     /// `[1 + grid²][C]`: the cls entry, then the square training grid row-major.
-    pos_embed: Vec<f32>,
-    register_tokens: Vec<f32>,
-    blocks: Vec<TransformerBlock>,
-    norm: LayerNorm,
-    embed: usize,
-    patch: usize,
-    grid: usize,
+    pub(crate) pos_embed: Vec<f32>,
+    pub(crate) register_tokens: Vec<f32>,
+    pub(crate) blocks: Vec<TransformerBlock>,
+    pub(crate) norm: LayerNorm,
+    pub(crate) embed: usize,
+    pub(crate) patch: usize,
+    pub(crate) grid: usize,
 }
 
 impl DinoBackbone {

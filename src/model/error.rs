@@ -36,6 +36,8 @@ pub enum ModelError {
     BadInput(String),
     #[error("KV cache: {0}")]
     Cache(#[from] crate::kvcache::CacheError),
+    #[error("GPU: {0}")]
+    Gpu(String),
     #[error("weights download: {0}")]
     Download(String),
 }

@@ -22,9 +22,9 @@ use std::time::Instant;
 
 pub struct GctModel {
     cfg: ModelConfig,
-    aggregator: Aggregator,
-    camera_head: CameraHead,
-    depth_head: DptHead,
+    pub(crate) aggregator: Aggregator,
+    pub(crate) camera_head: CameraHead,
+    pub(crate) depth_head: DptHead,
 }
 
 /// Everything one call produces, per frame of the call.

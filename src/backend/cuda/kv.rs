@@ -393,6 +393,78 @@ impl DeviceKvCache {
     }
 
     /// The runs of the last upload, as the device sees them (tests).
+    /// The table and pool of `layer` as raw addresses (the GPU model's graph-capturable form).
+    pub fn raw_keys(&self, layer: usize) -> Result<super::attention::RawPagedKv, CudaError> {
+        let g = self.geometry;
+        let table = DevPtr::of(&self.table);
+        Ok(super::attention::RawPagedKv {
+            pool: DevPtr::of(self.pool(layer)?),
+            page_size: g.page_size as u32,
+            indices: table.slice(HEADER, g.max_pages)?,
+            cum: table.slice(HEADER + g.max_pages, g.max_pages + 1)?,
+            n_pages: table.slice(0, 1)?,
+        })
+    }
+
+    /// Writes a step's K and V (`[tokens][heads][64]` each, raw addresses) into `layer`'s pages
+    /// by the uploaded runs. The grid covers `tokens` and the table's run capacity, and the kernel
+    /// reads the run count on the device, so a captured graph fits every step of `tokens` tokens.
+    pub fn write_layer_raw(
+        &self,
+        dev: &CudaDevice,
+        layer: usize,
+        k: DevPtr<bf16>,
+        v: DevPtr<bf16>,
+        tokens: usize,
+    ) -> Result<(), CudaError> {
+        let g = self.geometry;
+        let row = g.heads * g.head_dim;
+        k.check_len(tokens * row, "K to write")?;
+        v.check_len(tokens * row, "V to write")?;
+        let first_run = HEADER + 2 * g.max_pages + 1;
+        let host_runs = &self.host_table[first_run..first_run + 4 * self.n_runs];
+        if let Some(r) = host_runs
+            .chunks(4)
+            .find(|r| r[0] as usize + r[3] as usize > tokens)
+        {
+            return Err(CudaError::Invalid(format!(
+                "write run {r:?} reads past {tokens} tokens"
+            )));
+        }
+        let chunks = (tokens * row / 8).max(1);
+        let threads = 256u32;
+        let blocks = chunks.div_ceil(threads as usize).clamp(1, 4096) as u32;
+        let (page_size, heads) = (g.page_size as u32, g.heads as u32);
+        let f = dev.kernels.get("kv_write_runs")?;
+        let table = DevPtr::of(&self.table);
+        let runs = table.slice(first_run, 4 * self.run_capacity)?.addr();
+        let n_runs = table.slice(1, 1)?.addr();
+        let pool = DevPtr::of(self.pool(layer)?).addr();
+        let (ka, va) = (k.addr(), v.addr());
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, self.run_capacity as u32, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = dev.stream.launch_builder(f);
+        b.arg(&ka)
+            .arg(&va)
+            .arg(&pool)
+            .arg(&runs)
+            .arg(&n_runs)
+            .arg(&page_size)
+            .arg(&heads);
+        // SAFETY: arguments match kv_write_runs; runs were validated against the pool on upload
+        // and against `tokens` above.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Device bytes of the pools and the table.
+    pub fn device_bytes(&self) -> usize {
+        self.pools.len() * self.geometry.layer_elems() * 2 + self.table.len() * 4
+    }
+
     pub fn download_runs(&self, dev: &CudaDevice) -> Result<Vec<u32>, CudaError> {
         let all = dev.stream.clone_dtoh(&self.runs())?;
         Ok(all[..4 * self.n_runs].to_vec())

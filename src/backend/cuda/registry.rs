@@ -62,6 +62,12 @@ pub const SOURCES: &[KernelSource] = &[
         hopper_only: false,
     },
     KernelSource {
+        name: "gpu_model",
+        source: include_str!("../../../kernels/gpu_model.cu"),
+        functions: &["image_to_rgb8"],
+        hopper_only: false,
+    },
+    KernelSource {
         name: "transformer",
         source: include_str!("../../../kernels/transformer.cu"),
         functions: &[

@@ -1,0 +1,952 @@
+//! A stream on the GPU: the static memory plan, the phase 1 / phase 2 steps, and the CUDA graphs.
+//!
+//! Everything a session needs is allocated in [`GpuModel::start`]: the KV pools for the page
+//! table's `max_pages`, the camera head's cache for `max_frames`, and one activation arena for
+//! the session's resolution and the largest call (the scale frames). A frame step then only
+//! launches work. Streaming steps (one frame, all special tokens in their "later frame" variant)
+//! are captured into a CUDA graph after one eager warm-up step of their kind (keyframe and
+//! non-keyframe each have their own graph); from then on a frame costs the host one image upload,
+//! one page-table upload (which also carries the per-frame scalars the kernels read on the
+//! device), one graph launch and the download of the kept points.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaGraph, LaunchConfig, PushKernelArg};
+use half::bf16;
+
+use crate::backend::cuda::arena::{Arena, ArenaPlan, DevPtr};
+use crate::backend::cuda::attention::AttentionKernel;
+use crate::backend::cuda::gemm::{Epilogue, Gemm};
+use crate::backend::cuda::ops::{self, LnOut, Rope, RopeTables};
+use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache, KvGeometry};
+use crate::kvcache::{CacheConfig, PageTable, SpecialPoolConfig, StepKind};
+use crate::model::GctModel;
+use crate::model::ModelConfig;
+use crate::model::config::{POSE_ENC_LEN, SPECIAL_TOKENS};
+use crate::model::pose::{Camera, decode_pose};
+
+use super::camera_head::GpuCameraHead;
+use super::dpt_head::GpuDptHead;
+use super::transformer::{AttentionSetup, Attend, BlockScratch, GeluMode, block_forward};
+use super::unproject::PointCompactor;
+use super::weights::GpuAggregatorWeights;
+
+/// DINO's register tokens (between its cls token and the patches).
+const DINO_REGISTERS: usize = 4;
+/// Step scalar slots of the page-table upload.
+const SCALAR_ROPE_FRAME: usize = 0;
+const SCALAR_CAMERA_LEN: usize = 1;
+
+/// The model's weights on one GPU, shared by its sessions.
+pub struct GpuModel {
+    dev: Arc<CudaDevice>,
+    cpu: Arc<GctModel>,
+    weights: Arc<GpuAggregatorWeights>,
+}
+
+/// Choices fixed for a session.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionConfig {
+    pub height: usize,
+    pub width: usize,
+    /// Keyframes kept in full after the scale frames.
+    pub window: usize,
+    /// Frames the stream may commit (sizes the camera cache and the special-token pool).
+    pub max_frames: usize,
+    /// None: the best kernel for the GPU.
+    pub kernel: Option<AttentionKernel>,
+    pub gelu: GeluMode,
+    /// Capture streaming steps into CUDA graphs (off: every step runs eagerly).
+    pub graphs: bool,
+    /// Keep points with confidence above this, then every `point_stride`-th.
+    pub min_confidence: f32,
+    pub point_stride: u32,
+    /// Download the depth and confidence maps too (the viewer's panels; the bench leaves them).
+    pub download_maps: bool,
+    /// Time each stage with CUDA events (eager steps only; graphs are timed whole).
+    pub profile_stages: bool,
+}
+
+impl SessionConfig {
+    pub fn new(height: usize, width: usize) -> Self {
+        Self {
+            height,
+            width,
+            window: 64,
+            max_frames: 16384,
+            kernel: None,
+            gelu: GeluMode::Fused,
+            graphs: true,
+            min_confidence: 1.5,
+            point_stride: 10,
+            download_maps: true,
+            profile_stages: false,
+        }
+    }
+}
+
+/// A frame's kept points (as `filter_points` keeps them).
+#[derive(Debug, Clone, Default)]
+pub struct GpuPoints {
+    pub xyz: Vec<[f32; 3]>,
+    pub rgb: Vec<[u8; 3]>,
+    pub confidence: Vec<f32>,
+}
+
+/// How one step ran.
+#[derive(Debug, Clone, Default)]
+pub struct StepTiming {
+    /// Host wall time of the whole call (uploads, launch, downloads, synchronisation).
+    pub wall_ms: f64,
+    /// GPU time between the events around the frame's work.
+    pub gpu_ms: f64,
+    /// Host time spent before the launch (plan, uploads).
+    pub host_ms: f64,
+    /// Whether the step replayed a CUDA graph.
+    pub graph: bool,
+    /// Per-stage GPU times when profiling an eager step: (stage, ms).
+    pub stages: Vec<(String, f64)>,
+}
+
+/// Everything one call produces.
+#[derive(Debug, Clone)]
+pub struct GpuStepOutput {
+    pub frames: usize,
+    pub pose_enc: Vec<[f32; POSE_ENC_LEN]>,
+    pub cameras: Vec<Camera>,
+    pub points: Vec<GpuPoints>,
+    /// `[S][H][W]` when the session downloads maps, else empty.
+    pub depth: Vec<f32>,
+    pub depth_conf: Vec<f32>,
+    pub timing: StepTiming,
+}
+
+impl GpuModel {
+    /// Uploads `cpu`'s aggregator to GPU `ordinal` (the heads are uploaded per session, sized for
+    /// its resolution and length).
+    pub fn new(cpu: Arc<GctModel>, ordinal: usize) -> Result<Self, CudaError> {
+        let dev = Arc::new(CudaDevice::open(ordinal)?);
+        // One stream orders everything; per-buffer events would also end up inside graphs.
+        // SAFETY: all of the model's work runs on `dev.stream`.
+        unsafe { dev.ctx.disable_event_tracking() };
+        let weights = Arc::new(GpuAggregatorWeights::upload(&dev, &cpu.aggregator)?);
+        dev.stream.synchronize()?;
+        Ok(Self { dev, cpu, weights })
+    }
+
+    pub fn device(&self) -> &Arc<CudaDevice> {
+        &self.dev
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        self.cpu.config()
+    }
+
+    pub fn weight_bytes(&self) -> usize {
+        self.weights.bytes()
+    }
+
+    pub fn start(&self, sc: SessionConfig) -> Result<GpuSession, CudaError> {
+        GpuSession::new(self, sc)
+    }
+}
+
+/// The session's fixed device buffers (all in the arena).
+struct Buffers {
+    image: DevPtr<f32>,
+    rgb: DevPtr<u8>,
+    patches: DevPtr<bf16>,
+    patch_emb: DevPtr<bf16>,
+    dino_x: DevPtr<f32>,
+    dino_pos: DevPtr<f32>,
+    x: DevPtr<f32>,
+    taps: Vec<DevPtr<f32>>,
+    scratch: BlockScratch,
+    dino_tables: DevPtr<u32>,
+    frame_tables: DevPtr<u32>,
+    pose: DevPtr<f32>,
+    depth: DevPtr<f32>,
+    conf: DevPtr<f32>,
+    xyz: DevPtr<f32>,
+    point_rgb: DevPtr<u8>,
+    point_conf: DevPtr<f32>,
+    counts: DevPtr<u32>,
+}
+
+/// Sizes of a session.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    height: usize,
+    width: usize,
+    grid_w: usize,
+    patches: usize,
+    /// Aggregator tokens per frame (6 + patches).
+    tokens: usize,
+    /// DINO tokens per frame (cls + 4 registers + patches).
+    dino_tokens: usize,
+    embed: usize,
+    hidden: usize,
+    heads: usize,
+    /// Frames of the largest call (the scale frames).
+    max_call: usize,
+}
+
+impl Shape {
+    fn plane(&self) -> usize {
+        self.height * self.width
+    }
+}
+
+pub struct GpuSession {
+    dev: Arc<CudaDevice>,
+    cpu: Arc<GctModel>,
+    weights: Arc<GpuAggregatorWeights>,
+    sc: SessionConfig,
+    shape: Shape,
+    gemm: Gemm,
+    rope: RopeTables,
+    table: PageTable,
+    kv: DeviceKvCache,
+    camera: GpuCameraHead,
+    dpt: GpuDptHead,
+    compactor: PointCompactor,
+    // Owns the memory every `DevPtr` in `bufs` points into.
+    _arena: Arena,
+    _dino_pos: cudarc::driver::CudaSlice<f32>,
+    bufs: Buffers,
+    setup: AttentionSetup,
+    scale_frames: Option<usize>,
+    /// Graphs of the streaming step: [non-keyframe, keyframe], and eager warm-ups done per kind.
+    graphs: [Option<StepGraph>; 2],
+    warmed: [bool; 2],
+    arena_bytes: usize,
+}
+
+/// A captured frame step.
+struct StepGraph(CudaGraph);
+
+// SAFETY: an instantiated graph is launched on the session's stream with its context bound
+// first (`step` binds it); CUDA allows that from any thread, one at a time, which `&mut self`
+// guarantees.
+unsafe impl Send for StepGraph {}
+
+fn cache_err(e: crate::kvcache::CacheError) -> CudaError {
+    CudaError::Invalid(format!("KV cache: {e}"))
+}
+
+impl GpuSession {
+    fn new(model: &GpuModel, sc: SessionConfig) -> Result<Self, CudaError> {
+        let dev = Arc::clone(&model.dev);
+        dev.ctx.bind_to_thread()?;
+        let cfg = model.cpu.config().clone();
+        let p = cfg.patch;
+        if sc.height == 0 || sc.width == 0 || sc.height % p != 0 || sc.width % p != 0 {
+            return Err(CudaError::Invalid(format!(
+                "image {}x{} must be a positive multiple of the patch size {p}",
+                sc.width, sc.height
+            )));
+        }
+        let (grid_h, grid_w) = (sc.height / p, sc.width / p);
+        let patches = grid_h * grid_w;
+        let shape = Shape {
+            height: sc.height,
+            width: sc.width,
+            grid_w,
+            patches,
+            tokens: SPECIAL_TOKENS + patches,
+            dino_tokens: 1 + DINO_REGISTERS + patches,
+            embed: cfg.embed,
+            hidden: cfg.embed * cfg.mlp_ratio,
+            heads: cfg.heads,
+            max_call: cfg.scale_frames.max(1),
+        };
+
+        let mut cache_cfg = CacheConfig::new(
+            cfg.depth,
+            cfg.heads,
+            cfg.head_dim(),
+            patches,
+            cfg.scale_frames,
+            sc.window,
+        );
+        cache_cfg.special_pool = SpecialPoolConfig {
+            max_frames: sc.max_frames as u64,
+            ..cache_cfg.special_pool
+        };
+        let table = PageTable::new(cache_cfg).map_err(cache_err)?;
+        let geometry = KvGeometry::for_table(&table);
+        // Enough write runs for the largest call: each frame's patches and specials may straddle
+        // a page boundary.
+        let mut kv = DeviceKvCache::new(&dev, geometry, 4 * shape.max_call + 8)?;
+        kv.freeze();
+
+        let gemm = Gemm::new(&dev)?;
+        let rope = RopeTables::new(&dev, cfg.max_frame_num, grid_h, grid_w)?;
+        let camera = GpuCameraHead::upload(&dev, &model.cpu.camera_head, shape.max_call, sc.max_frames)?;
+        let dpt = GpuDptHead::upload(&dev, &model.cpu.depth_head, sc.height, sc.width)?;
+        let compactor = PointCompactor::new(&dev, sc.height, sc.width)?;
+        let dino_pos_host = model.cpu.aggregator.dino.position_table(grid_h, grid_w);
+        let dino_pos = dev.stream.clone_htod(&dino_pos_host)?;
+
+        let (arena, bufs) = Self::plan_buffers(&dev, &shape, &cfg, &dino_pos)?;
+        let arena_bytes = arena.capacity_bytes();
+
+        // Frame-local attention tables: frame f is page f of `tokens` slots.
+        let tables = |tokens: usize| -> Vec<u32> {
+            (0..shape.max_call)
+                .flat_map(|f| [1, f as u32, 0, tokens as u32])
+                .collect()
+        };
+        upload_raw(&dev, &tables(shape.dino_tokens), bufs.dino_tables)?;
+        upload_raw(&dev, &tables(shape.tokens), bufs.frame_tables)?;
+
+        let kernel = sc
+            .kernel
+            .unwrap_or_else(|| AttentionKernel::best_for(&dev));
+        let setup = AttentionSetup {
+            kernel,
+            sm_count: dev.info.sm_count as usize,
+        };
+        dev.stream.synchronize()?;
+        Ok(Self {
+            dev,
+            cpu: Arc::clone(&model.cpu),
+            weights: Arc::clone(&model.weights),
+            sc,
+            shape,
+            gemm,
+            rope,
+            table,
+            kv,
+            camera,
+            dpt,
+            compactor,
+            _arena: arena,
+            _dino_pos: dino_pos,
+            bufs,
+            setup,
+            scale_frames: None,
+            graphs: [None, None],
+            warmed: [false, false],
+            arena_bytes,
+        })
+    }
+
+    fn plan_buffers(
+        dev: &CudaDevice,
+        s: &Shape,
+        cfg: &ModelConfig,
+        dino_pos: &cudarc::driver::CudaSlice<f32>,
+    ) -> Result<(Arena, Buffers), CudaError> {
+        let m = s.max_call;
+        let c = s.embed;
+        let plane = s.plane();
+        let patch_len = 3 * cfg.patch * cfg.patch;
+        let tokens = m * s.tokens.max(s.dino_tokens);
+        let taps = cfg.taps.len();
+        let mut plan = ArenaPlan::default();
+        plan.add::<f32>(m * 3 * plane);
+        plan.add::<u8>(m * 3 * plane);
+        plan.add::<bf16>(m * s.patches * patch_len);
+        plan.add::<bf16>(m * s.patches * c);
+        plan.add::<f32>(m * s.dino_tokens * c);
+        plan.add::<f32>(m * s.tokens * c);
+        for _ in 0..taps {
+            plan.add::<f32>(m * s.tokens * 2 * c);
+        }
+        BlockScratch::plan(&mut plan, tokens, c, s.hidden, s.heads);
+        plan.add::<u32>(4 * m);
+        plan.add::<u32>(4 * m);
+        plan.add::<f32>(m * POSE_ENC_LEN);
+        plan.add::<f32>(m * plane);
+        plan.add::<f32>(m * plane);
+        plan.add::<f32>(m * plane * 3);
+        plan.add::<u8>(m * plane * 3);
+        plan.add::<f32>(m * plane);
+        plan.add::<u32>(m);
+        let mut arena = Arena::new(dev, plan.bytes())?;
+        let bufs = Buffers {
+            image: arena.alloc(m * 3 * plane)?,
+            rgb: arena.alloc(m * 3 * plane)?,
+            patches: arena.alloc(m * s.patches * patch_len)?,
+            patch_emb: arena.alloc(m * s.patches * c)?,
+            dino_x: arena.alloc(m * s.dino_tokens * c)?,
+            dino_pos: DevPtr::of(dino_pos),
+            x: arena.alloc(m * s.tokens * c)?,
+            taps: (0..taps)
+                .map(|_| arena.alloc(m * s.tokens * 2 * c))
+                .collect::<Result<_, _>>()?,
+            scratch: BlockScratch::carve(&mut arena, tokens, c, s.hidden, s.heads)?,
+            dino_tables: arena.alloc(4 * m)?,
+            frame_tables: arena.alloc(4 * m)?,
+            pose: arena.alloc(m * POSE_ENC_LEN)?,
+            depth: arena.alloc(m * plane)?,
+            conf: arena.alloc(m * plane)?,
+            xyz: arena.alloc(m * plane * 3)?,
+            point_rgb: arena.alloc(m * plane * 3)?,
+            point_conf: arena.alloc(m * plane)?,
+            counts: arena.alloc(m)?,
+        };
+        Ok((arena, bufs))
+    }
+
+    /// Device memory of the session: (KV pools + table, activation arena, weights of the
+    /// aggregator, camera head incl. its cache).
+    pub fn device_memory(&self) -> DeviceMemory {
+        DeviceMemory {
+            kv_bytes: self.kv.device_bytes(),
+            arena_bytes: self.arena_bytes,
+            aggregator_weight_bytes: self.weights.bytes(),
+            camera_cache_bytes: self.camera.cache_bytes(),
+        }
+    }
+
+    pub fn committed_frames(&self) -> u64 {
+        self.table.committed_frames()
+    }
+
+    /// (height, width) of the session's input.
+    pub fn size(&self) -> (usize, usize) {
+        (self.shape.height, self.shape.width)
+    }
+
+    pub fn table(&self) -> &PageTable {
+        &self.table
+    }
+
+    pub fn kernel(&self) -> AttentionKernel {
+        self.setup.kernel
+    }
+
+    /// Forget the stream (a new scale phase follows). Graphs stay valid: addresses are unchanged.
+    pub fn reset(&mut self) {
+        self.table.reset();
+        self.scale_frames = None;
+    }
+
+    /// One call of the streaming schedule: `images` `[S][3][H][W]` in [0, 1].
+    pub fn step(
+        &mut self,
+        images: &[f32],
+        frames: Range<u64>,
+        keyframe: bool,
+    ) -> Result<GpuStepOutput, CudaError> {
+        let wall = Instant::now();
+        self.dev.ctx.bind_to_thread()?;
+        let sh = self.shape;
+        let s = frames.end.saturating_sub(frames.start) as usize;
+        let plane = sh.plane();
+        if s == 0 || images.len() != s * 3 * plane {
+            return Err(CudaError::Invalid(format!(
+                "expected {s} images of 3x{}x{} ({} values), got {} values",
+                sh.height,
+                sh.width,
+                s * 3 * plane,
+                images.len()
+            )));
+        }
+        if s > sh.max_call {
+            return Err(CudaError::Invalid(format!(
+                "a call of {s} frames exceeds the session's largest call ({} scale frames)",
+                sh.max_call
+            )));
+        }
+        if !keyframe && s != 1 {
+            return Err(CudaError::Invalid(
+                "a non-keyframe call holds exactly one frame".into(),
+            ));
+        }
+        if self.scale_frames.is_none() && !keyframe {
+            return Err(CudaError::Invalid(
+                "the first call of a stream is phase 1 (the scale frames) and must be a keyframe call"
+                    .into(),
+            ));
+        }
+        let cfg = self.cpu.config();
+        let scale_frames = *self
+            .scale_frames
+            .get_or_insert(s.min(cfg.scale_frames));
+        let committed = self.table.committed_frames();
+        if committed as usize + s > cfg.max_frame_num {
+            return Err(CudaError::Invalid(format!(
+                "frames {}..{} exceed the 3D RoPE table of max_frame_num = {} (raise the keyframe interval)",
+                committed,
+                committed as usize + s,
+                cfg.max_frame_num
+            )));
+        }
+        if committed as usize + s > self.sc.max_frames {
+            return Err(CudaError::Invalid(format!(
+                "the session was sized for {} committed frames; frame {} would exceed it",
+                self.sc.max_frames,
+                committed as usize + s
+            )));
+        }
+        let kind = if keyframe {
+            StepKind::Keyframe
+        } else {
+            StepKind::NonKeyframe
+        };
+        let plan = self
+            .table
+            .begin_step(frames.clone(), kind)
+            .map_err(cache_err)?
+            .clone();
+        let result = (|| {
+            self.kv
+                .set_step_scalars(&[committed as u32, committed as u32])?;
+            self.kv.upload_step(&self.dev, &plan)?;
+            upload_raw(&self.dev, images, self.bufs.image)?;
+            let host_ms = wall.elapsed().as_secs_f64() * 1e3;
+            let start = self.event()?;
+            // Streaming steps (one frame, the "later frame" token variants) replay a graph.
+            let graphable = self.sc.graphs
+                && s == 1
+                && committed >= 1
+                && committed as usize >= scale_frames;
+            let kind_ix = usize::from(keyframe);
+            let mut stages = Vec::new();
+            let graph = if graphable && self.graphs[kind_ix].is_some() {
+                true
+            } else if graphable && self.warmed[kind_ix] {
+                self.dev
+                    .stream
+                    .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+                let captured = self.forward(s, committed, scale_frames, keyframe, None);
+                let graph = self
+                    .dev
+                    .stream
+                    .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+                captured?;
+                self.graphs[kind_ix] = graph?.map(StepGraph);
+                self.graphs[kind_ix].is_some()
+            } else {
+                let profile = self.sc.profile_stages.then_some(&mut stages);
+                self.forward(s, committed, scale_frames, keyframe, profile)?;
+                self.warmed[kind_ix] |= graphable;
+                false
+            };
+            if graph && let Some(g) = &self.graphs[kind_ix] {
+                g.0.launch()?;
+            }
+            let end = self.event()?;
+            let out = self.download(s)?;
+            let gpu_ms = start.elapsed_ms(&end)? as f64;
+            Ok::<_, CudaError>((out, host_ms, gpu_ms, graph, stages))
+        })();
+        match result {
+            Ok((mut out, host_ms, gpu_ms, graph, stages)) => {
+                self.table.end_step().map_err(cache_err)?;
+                out.timing = StepTiming {
+                    wall_ms: wall.elapsed().as_secs_f64() * 1e3,
+                    gpu_ms,
+                    host_ms,
+                    graph,
+                    stages,
+                };
+                Ok(out)
+            }
+            Err(e) => {
+                // Leave the stream as it was before the call.
+                let _ = self.table.abort_step();
+                Err(e)
+            }
+        }
+    }
+
+    fn event(&self) -> Result<CudaEvent, CudaError> {
+        Ok(self
+            .dev
+            .stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
+    }
+
+    /// All of one call's device work (launches only; captured as the graph for streaming steps).
+    fn forward(
+        &mut self,
+        s: usize,
+        committed: u64,
+        scale_frames: usize,
+        keyframe: bool,
+        mut profile: Option<&mut Vec<(String, f64)>>,
+    ) -> Result<(), CudaError> {
+        let dev = Arc::clone(&self.dev);
+        let dev = &*dev;
+        let sh = self.shape;
+        let w = Arc::clone(&self.weights);
+        let b = &self.bufs;
+        let c = sh.embed;
+        let cfg = self.cpu.config().clone();
+        let patch_len = 3 * cfg.patch * cfg.patch;
+        let plane = sh.plane();
+        let mut marks: Vec<(&'static str, CudaEvent)> = Vec::new();
+        let mark = |name: &'static str, marks: &mut Vec<(&'static str, CudaEvent)>| {
+            if profile.is_some() {
+                let ev = dev
+                    .stream
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+                marks.push((name, ev));
+            }
+            Ok::<(), CudaError>(())
+        };
+        mark("start", &mut marks)?;
+
+        // DINO: patch embedding, token assembly, 24 blocks within each frame, final norm into
+        // the aggregator's token rows 6.. of each frame.
+        for f in 0..s {
+            ops::patchify_normalized(
+                dev,
+                b.image.slice(f * 3 * plane, 3 * plane)?,
+                sh.height,
+                sh.width,
+                b.patches.slice(f * sh.patches * patch_len, sh.patches * patch_len)?,
+            )?;
+        }
+        let proj = &w.dino.patch_proj;
+        self.gemm.linear(
+            dev,
+            b.patches,
+            proj.weight_ptr(),
+            proj.bias_ptr(),
+            b.patch_emb,
+            s * sh.patches,
+            c,
+            patch_len,
+            Epilogue::Bias,
+        )?;
+        for f in 0..s {
+            ops::dino_assemble(
+                dev,
+                b.patch_emb.slice(f * sh.patches * c, sh.patches * c)?,
+                DevPtr::of(&w.dino.cls),
+                DevPtr::of(&w.dino.registers),
+                b.dino_pos,
+                b.dino_x.slice(f * sh.dino_tokens * c, sh.dino_tokens * c)?,
+                sh.patches,
+                c,
+            )?;
+        }
+        let dino_x = b.dino_x.slice(0, s * sh.dino_tokens * c)?;
+        for block in &w.dino.blocks {
+            block_forward(
+                dev,
+                &mut self.gemm,
+                block,
+                dino_x,
+                s * sh.dino_tokens,
+                &b.scratch,
+                Attend::WithinFrames {
+                    frames: s,
+                    tokens: sh.dino_tokens,
+                    tables: b.dino_tables,
+                    rope: Rope::None,
+                },
+                self.setup,
+                self.sc.gelu,
+            )?;
+        }
+        let norm = &w.dino.norm;
+        for f in 0..s {
+            ops::layer_norm(
+                dev,
+                b.dino_x
+                    .slice((f * sh.dino_tokens + 1 + DINO_REGISTERS) * c, sh.patches * c)?,
+                sh.patches,
+                c,
+                norm.weight_ptr(),
+                norm.bias_ptr(),
+                norm.eps,
+                LnOut::F32(b.x.slice((f * sh.tokens + SPECIAL_TOKENS) * c, sh.patches * c)?),
+            )?;
+        }
+        mark("dino", &mut marks)?;
+
+        // Special tokens: the first frame of the stream and the scale frames have their own
+        // variants (fixed for graph-captured steps, which are always "later" frames).
+        for f in 0..s {
+            let global = committed as usize + f;
+            let first = usize::from(global != 0);
+            let scale_variant = usize::from(global >= scale_frames);
+            let row = b.x.slice(f * sh.tokens * c, SPECIAL_TOKENS * c)?;
+            copy_dtod(dev, DevPtr::of(&w.camera_token).slice(first * c, c)?, row.slice(0, c)?)?;
+            copy_dtod(
+                dev,
+                DevPtr::of(&w.register_token).slice(first * 4 * c, 4 * c)?,
+                row.slice(c, 4 * c)?,
+            )?;
+            copy_dtod(
+                dev,
+                DevPtr::of(&w.scale_token).slice(scale_variant * c, c)?,
+                row.slice(5 * c, c)?,
+            )?;
+        }
+
+        // Aggregator: frame block g, then global block g over the paged cache.
+        let n = s * sh.tokens;
+        let x = b.x.slice(0, n * c)?;
+        let rope_frame = self.kv.step_scalar_ptr(SCALAR_ROPE_FRAME)?;
+        for (g, (fb, gb)) in w.frame_blocks.iter().zip(&w.global_blocks).enumerate() {
+            block_forward(
+                dev,
+                &mut self.gemm,
+                fb,
+                x,
+                n,
+                &b.scratch,
+                Attend::WithinFrames {
+                    frames: s,
+                    tokens: sh.tokens,
+                    tables: b.frame_tables,
+                    rope: Rope::Axial2d {
+                        tables: &self.rope,
+                        tokens_per_frame: sh.tokens,
+                        grid_w: sh.grid_w,
+                    },
+                },
+                self.setup,
+                self.sc.gelu,
+            )?;
+            let taps: Vec<usize> = (0..cfg.taps.len()).filter(|&i| cfg.taps[i] == g).collect();
+            for &t in &taps {
+                ops::copy_rows(dev, x, c, b.taps[t], 2 * c, n, c)?;
+            }
+            block_forward(
+                dev,
+                &mut self.gemm,
+                gb,
+                x,
+                n,
+                &b.scratch,
+                Attend::Cache {
+                    cache: &self.kv,
+                    layer: g,
+                    rope: Rope::Video3d {
+                        tables: &self.rope,
+                        tokens_per_frame: sh.tokens,
+                        grid_w: sh.grid_w,
+                        frame_base: rope_frame,
+                    },
+                },
+                self.setup,
+                self.sc.gelu,
+            )?;
+            for &t in &taps {
+                ops::copy_rows(dev, x, c, b.taps[t].slice(c, n * 2 * c - c)?, 2 * c, n, c)?;
+            }
+        }
+        mark("aggregator", &mut marks)?;
+
+        // Camera head on the last tap's camera tokens, with its own cache.
+        let last_tap = *b
+            .taps
+            .last()
+            .ok_or_else(|| CudaError::Invalid("the model has no taps".into()))?;
+        self.camera.forward(
+            dev,
+            &mut self.gemm,
+            last_tap,
+            sh.tokens * 2 * c,
+            s,
+            self.kv.step_scalar_ptr(SCALAR_CAMERA_LEN)?,
+            keyframe,
+            b.pose.slice(0, s * POSE_ENC_LEN)?,
+        )?;
+        mark("camera_head", &mut marks)?;
+
+        // Depth head per frame.
+        for f in 0..s {
+            let frame_taps: Vec<DevPtr<f32>> = b
+                .taps
+                .iter()
+                .map(|t| t.slice(f * sh.tokens * 2 * c, sh.tokens * 2 * c))
+                .collect::<Result<_, _>>()?;
+            let frame_taps: [DevPtr<f32>; 4] = frame_taps.try_into().map_err(|_| {
+                CudaError::Invalid("the depth head takes exactly 4 taps".into())
+            })?;
+            self.dpt.forward(
+                dev,
+                &mut self.gemm,
+                frame_taps,
+                2 * c,
+                b.depth.slice(f * plane, plane)?,
+                b.conf.slice(f * plane, plane)?,
+            )?;
+        }
+        mark("depth_head", &mut marks)?;
+
+        // Points: unprojected with the device's pose, filtered and compacted; only they go back.
+        for f in 0..s {
+            image_to_rgb8(
+                dev,
+                b.image.slice(f * 3 * plane, 3 * plane)?,
+                b.rgb.slice(f * 3 * plane, 3 * plane)?,
+                plane,
+            )?;
+            self.compactor.run(
+                dev,
+                b.depth.slice(f * plane, plane)?,
+                b.conf.slice(f * plane, plane)?,
+                b.pose.slice(f * POSE_ENC_LEN, POSE_ENC_LEN)?,
+                b.rgb.slice(f * 3 * plane, 3 * plane)?,
+                self.sc.min_confidence,
+                self.sc.point_stride,
+                b.xyz.slice(f * 3 * plane, 3 * plane)?,
+                b.point_rgb.slice(f * 3 * plane, 3 * plane)?,
+                b.point_conf.slice(f * plane, plane)?,
+                b.counts.slice(f, 1)?,
+            )?;
+        }
+        mark("points", &mut marks)?;
+
+        if let Some(stages) = profile.as_deref_mut() {
+            for pair in marks.windows(2) {
+                let ms = pair[0].1.elapsed_ms(&pair[1].1)? as f64;
+                stages.push((pair[1].0.to_owned(), ms));
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the call's poses, kept points (and maps, when asked) to the host; synchronises.
+    fn download(&self, s: usize) -> Result<GpuStepOutput, CudaError> {
+        let sh = self.shape;
+        let plane = sh.plane();
+        let b = &self.bufs;
+        let mut pose = vec![0f32; s * POSE_ENC_LEN];
+        let mut counts = vec![0u32; s];
+        download_raw(&self.dev, b.pose, &mut pose)?;
+        download_raw(&self.dev, b.counts, &mut counts)?;
+        self.dev.stream.synchronize()?;
+        let mut points = Vec::with_capacity(s);
+        for (f, &count) in counts.iter().enumerate() {
+            let k = (count as usize).min(plane);
+            let mut xyz = vec![[0f32; 3]; k];
+            let mut rgb = vec![[0u8; 3]; k];
+            let mut confidence = vec![0f32; k];
+            download_raw(
+                &self.dev,
+                b.xyz.slice(f * 3 * plane, 3 * k)?,
+                xyz.as_flattened_mut(),
+            )?;
+            download_raw(
+                &self.dev,
+                b.point_rgb.slice(f * 3 * plane, 3 * k)?,
+                rgb.as_flattened_mut(),
+            )?;
+            download_raw(&self.dev, b.point_conf.slice(f * plane, k)?, &mut confidence)?;
+            points.push(GpuPoints {
+                xyz,
+                rgb,
+                confidence,
+            });
+        }
+        let (mut depth, mut depth_conf) = (Vec::new(), Vec::new());
+        if self.sc.download_maps {
+            depth = vec![0f32; s * plane];
+            depth_conf = vec![0f32; s * plane];
+            download_raw(&self.dev, b.depth.slice(0, s * plane)?, &mut depth)?;
+            download_raw(&self.dev, b.conf.slice(0, s * plane)?, &mut depth_conf)?;
+        }
+        self.dev.stream.synchronize()?;
+        let pose_enc: Vec<[f32; POSE_ENC_LEN]> = pose
+            .chunks_exact(POSE_ENC_LEN)
+            .map(|c| {
+                let mut e = [0f32; POSE_ENC_LEN];
+                e.copy_from_slice(c);
+                e
+            })
+            .collect();
+        let cameras = pose_enc
+            .iter()
+            .map(|e| decode_pose(e, sh.height, sh.width))
+            .collect();
+        Ok(GpuStepOutput {
+            frames: s,
+            pose_enc,
+            cameras,
+            points,
+            depth,
+            depth_conf,
+            timing: StepTiming::default(),
+        })
+    }
+}
+
+/// Device memory of a session, by owner.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct DeviceMemory {
+    pub kv_bytes: usize,
+    pub arena_bytes: usize,
+    pub aggregator_weight_bytes: usize,
+    pub camera_cache_bytes: usize,
+}
+
+fn upload_raw<T: cudarc::driver::DeviceRepr>(
+    dev: &CudaDevice,
+    src: &[T],
+    dst: DevPtr<T>,
+) -> Result<(), CudaError> {
+    dst.check_len(src.len(), "upload")?;
+    // SAFETY: `dst` holds at least `src.len()` elements (checked); the copy is ordered on the
+    // stream and the source is synchronously staged by the driver for pageable memory.
+    unsafe {
+        cudarc::driver::result::memcpy_htod_async(dst.addr(), src, dev.stream.cu_stream())?;
+    }
+    Ok(())
+}
+
+fn download_raw<T: cudarc::driver::DeviceRepr>(
+    dev: &CudaDevice,
+    src: DevPtr<T>,
+    dst: &mut [T],
+) -> Result<(), CudaError> {
+    src.check_len(dst.len(), "download")?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `src` holds at least `dst.len()` elements (checked); the caller synchronises the
+    // stream before reading `dst`.
+    unsafe {
+        cudarc::driver::result::memcpy_dtoh_async(dst, src.addr(), dev.stream.cu_stream())?;
+    }
+    Ok(())
+}
+
+fn copy_dtod<T>(dev: &CudaDevice, src: DevPtr<T>, dst: DevPtr<T>) -> Result<(), CudaError> {
+    dst.check_len(src.len(), "device copy")?;
+    // SAFETY: both ranges are valid device memory of `src.len()` elements (checked).
+    unsafe {
+        cudarc::driver::result::memcpy_dtod_async(
+            dst.addr(),
+            src.addr(),
+            src.len() * std::mem::size_of::<T>(),
+            dev.stream.cu_stream(),
+        )?;
+    }
+    Ok(())
+}
+
+fn image_to_rgb8(
+    dev: &CudaDevice,
+    image: DevPtr<f32>,
+    rgb: DevPtr<u8>,
+    plane: usize,
+) -> Result<(), CudaError> {
+    image.check_len(3 * plane, "image")?;
+    rgb.check_len(3 * plane, "rgb")?;
+    let f = dev.kernels.get("image_to_rgb8")?;
+    let (i, r, p) = (image.addr(), rgb.addr(), plane as u32);
+    let cfg = LaunchConfig {
+        grid_dim: (plane.div_ceil(256).clamp(1, 4096) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&i).arg(&r).arg(&p);
+    // SAFETY: arguments match image_to_rgb8; both buffers hold 3 * plane elements (checked).
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}

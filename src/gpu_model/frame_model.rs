@@ -1,0 +1,141 @@
+//! The GPU engine behind the pipeline's [`FrameModel`] trait, so `run`, `view` and the recorder
+//! use it exactly as they use the CPU model.
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use crate::attention::AttentionLayout;
+use crate::backend::cuda::CudaError;
+use crate::model::preprocess::PreprocessConfig;
+use crate::model::{GctModel, ModelError};
+use crate::pipeline::model::{
+    FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions,
+};
+use crate::pipeline::result::{CacheSnapshot, StageTime};
+
+use super::engine::{GpuModel, GpuSession, SessionConfig};
+
+fn gpu_err(e: CudaError) -> ModelError {
+    ModelError::Gpu(e.to_string())
+}
+
+pub struct GpuFrameModel {
+    model: Arc<GpuModel>,
+    /// Sessions share the device; one of them steps at a time.
+    lock: Arc<Mutex<()>>,
+}
+
+impl GpuFrameModel {
+    /// Uploads `cpu` to GPU `ordinal`. Errors (never panics) without a usable GPU.
+    pub fn new(cpu: GctModel, ordinal: usize) -> Result<Self, ModelError> {
+        let model = GpuModel::new(Arc::new(cpu), ordinal).map_err(gpu_err)?;
+        Ok(Self {
+            model: Arc::new(model),
+            lock: Arc::new(Mutex::new(())),
+        })
+    }
+}
+
+impl FrameModel for GpuFrameModel {
+    fn describe(&self) -> String {
+        let c = self.model.config();
+        format!(
+            "CUDA bf16 GCT on {} (embed {}, depth {}, input width {})",
+            self.model.device().info.name,
+            c.embed,
+            c.depth,
+            c.img_size
+        )
+    }
+
+    fn limits(&self) -> ModelLimits {
+        let c = self.model.config();
+        ModelLimits {
+            preprocess: PreprocessConfig {
+                width: c.img_size,
+                patch: c.patch,
+            },
+            scale_frames: c.scale_frames,
+            max_frame_num: c.max_frame_num,
+            default_window: c.window,
+            default_keyframe_interval: c.keyframe_interval,
+        }
+    }
+
+    fn start_session(
+        &self,
+        height: usize,
+        width: usize,
+        options: SessionOptions,
+    ) -> Result<Box<dyn ModelSession>, ModelError> {
+        if options.layout != AttentionLayout::Paged {
+            return Err(ModelError::BadInput(
+                "the GPU model runs the paged layout only (the dense baseline is in `bench attention`)"
+                    .into(),
+            ));
+        }
+        let mut sc = SessionConfig::new(height, width);
+        sc.window = options.window;
+        let session = self.model.start(sc).map_err(gpu_err)?;
+        Ok(Box::new(GpuModelSession {
+            session,
+            lock: Arc::clone(&self.lock),
+        }))
+    }
+}
+
+struct GpuModelSession {
+    session: GpuSession,
+    lock: Arc<Mutex<()>>,
+}
+
+impl ModelSession for GpuModelSession {
+    fn step(
+        &mut self,
+        images: &[f32],
+        frames: Range<u64>,
+        keyframe: bool,
+    ) -> Result<ModelStep, ModelError> {
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let out = self
+            .session
+            .step(images, frames, keyframe)
+            .map_err(gpu_err)?;
+        let t = &out.timing;
+        let mut stages = vec![StageTime {
+            stage: if t.graph { "gpu_graph" } else { "gpu" }.to_owned(),
+            ms: t.gpu_ms,
+        }];
+        stages.push(StageTime {
+            stage: "gpu_host".to_owned(),
+            ms: (t.wall_ms - t.gpu_ms).max(0.0),
+        });
+        Ok(ModelStep {
+            frames: out.frames,
+            height: self.session.size().0,
+            width: self.session.size().1,
+            depth: out.depth,
+            depth_conf: out.depth_conf,
+            cameras: out.cameras,
+            stages,
+        })
+    }
+
+    fn committed_frames(&self) -> u64 {
+        self.session.committed_frames()
+    }
+
+    fn cache_snapshot(&self) -> CacheSnapshot {
+        let table = self.session.table();
+        CacheSnapshot {
+            stats: table.stats(),
+            events: table.events().to_vec(),
+            page_map: table.page_map(),
+        }
+    }
+
+    fn cache_occupancy(&self) -> (usize, usize) {
+        let s = self.session.table().stats();
+        (s.allocated_pages - s.free_pages, s.max_pages)
+    }
+}

@@ -1,0 +1,18 @@
+//! The whole GCT model on one NVIDIA GPU: bf16 weights and activations with f32 accumulation,
+//! the paged KV cache on the device, a static memory plan fixed at session start, and the
+//! streaming frame step captured as a CUDA graph (one graph per step kind) after warm-up.
+//!
+//! - [`weights`]: the CPU model's tensors uploaded once (bf16 matrices, f32 norms and scales).
+//! - [`transformer`]: one pre-norm block on the device (DINO, frame and global blocks).
+//! - [`engine`]: a stream's session: buffers, page table, phase 1 / phase 2, graphs, outputs.
+//! - [`frame_model`]: the pipeline's `FrameModel` on top of the engine.
+//! - [`camera_head`], [`dpt_head`], [`unproject`]: the heads and the point output.
+//! See docs/gpu-model.md.
+
+pub mod camera_head;
+pub mod dpt_head;
+pub mod engine;
+pub mod frame_model;
+pub mod transformer;
+pub mod unproject;
+pub mod weights;

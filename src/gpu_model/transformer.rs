@@ -1,0 +1,289 @@
+//! One pre-norm transformer block on the device (DINO blocks, aggregator frame and global
+//! blocks): `x += ls1 ⊙ proj(attn(LN1 x))`, `x += ls2 ⊙ fc2(GELU(fc1(LN2 x)))`, with the residual
+//! stream in f32 and every GEMM in bf16 with f32 accumulation. Only launches: graph-capturable.
+
+use half::bf16;
+
+use crate::backend::cuda::arena::{ArenaPlan, DevPtr};
+use crate::backend::cuda::attention::{
+    AttentionKernel, RawPagedKv, RawWorkspace, paged_attention_raw,
+};
+use crate::backend::cuda::gemm::{Epilogue, Gemm};
+use crate::backend::cuda::ops::{self, LnOut, QkNorm, Rope};
+use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache};
+
+use super::weights::GpuBlockWeights;
+
+/// How the MLP's GELU is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeluMode {
+    /// Fused into the fc1 GEMM's epilogue (cuBLASLt's tanh form): one pass fewer.
+    Fused,
+    /// The exact erf form of the reference, as a separate kernel after the GEMM.
+    Exact,
+}
+
+/// Scratch shared by every block of a session (`n` tokens at most).
+#[derive(Debug, Clone, Copy)]
+pub struct BlockScratch {
+    pub normed: DevPtr<bf16>,
+    pub qkv: DevPtr<bf16>,
+    pub q: DevPtr<bf16>,
+    /// K and V: per frame `[K: tokens][V: tokens]` (frame-local attention reads it as pages of
+    /// one frame each); for a cache layer, K is the first `n` rows and V the next `n`.
+    pub kv: DevPtr<bf16>,
+    pub attn: DevPtr<bf16>,
+    pub out: DevPtr<bf16>,
+    pub hidden: DevPtr<bf16>,
+    pub ws: RawWorkspace,
+}
+
+impl BlockScratch {
+    pub fn plan(plan: &mut ArenaPlan, tokens: usize, dim: usize, hidden: usize, heads: usize) {
+        plan.add::<bf16>(tokens * dim); // normed
+        plan.add::<bf16>(tokens * 3 * dim);
+        plan.add::<bf16>(tokens * dim); // q
+        plan.add::<bf16>(2 * tokens * dim);
+        plan.add::<bf16>(tokens * dim); // attn
+        plan.add::<bf16>(tokens * dim); // out
+        plan.add::<bf16>(tokens * hidden);
+        let (o, l) = RawWorkspace::elems(tokens, heads, MAX_SPLITS);
+        plan.add::<f32>(o);
+        plan.add::<f32>(l);
+    }
+
+    pub fn carve(
+        arena: &mut crate::backend::cuda::arena::Arena,
+        tokens: usize,
+        dim: usize,
+        hidden: usize,
+        heads: usize,
+    ) -> Result<Self, CudaError> {
+        let (o, l) = RawWorkspace::elems(tokens, heads, MAX_SPLITS);
+        Ok(Self {
+            normed: arena.alloc(tokens * dim)?,
+            qkv: arena.alloc(tokens * 3 * dim)?,
+            q: arena.alloc(tokens * dim)?,
+            kv: arena.alloc(2 * tokens * dim)?,
+            attn: arena.alloc(tokens * dim)?,
+            out: arena.alloc(tokens * dim)?,
+            hidden: arena.alloc(tokens * hidden)?,
+            ws: RawWorkspace {
+                part_o: arena.alloc(o)?,
+                part_lse: arena.alloc(l)?,
+            },
+        })
+    }
+}
+
+/// Most key splits any attention call of the model uses (the workspace is sized for it).
+pub const MAX_SPLITS: usize = 4;
+
+/// What a block's attention looks at.
+pub enum Attend<'a> {
+    /// Each frame's tokens attend to their own frame (DINO, frame blocks). `tables` holds one
+    /// `[n_pages = 1, page = f, 0, tokens]` record per frame, so the scratch K/V is read as one
+    /// page per frame of `tokens` slots.
+    WithinFrames {
+        frames: usize,
+        tokens: usize,
+        tables: DevPtr<u32>,
+        rope: Rope<'a>,
+    },
+    /// The call's tokens are written into cache layer `layer`, then attend to everything the
+    /// step's page table shows.
+    Cache {
+        cache: &'a DeviceKvCache,
+        layer: usize,
+        rope: Rope<'a>,
+    },
+}
+
+/// How attention runs in a session.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionSetup {
+    pub kernel: AttentionKernel,
+    pub sm_count: usize,
+}
+
+impl AttentionSetup {
+    /// Key splits for `lq` queries: fill one wave of CTAs (see `choose_splits`).
+    fn splits(&self, lq: usize, heads: usize) -> usize {
+        let q_tiles = lq.div_ceil(self.kernel.block_m());
+        // Two CTAs per SM for every kernel of this crate.
+        ((self.sm_count * 2) / (q_tiles * heads).max(1)).clamp(1, MAX_SPLITS)
+    }
+}
+
+/// Runs block `w` on `x` (`[n][C]` f32, updated in place).
+#[allow(clippy::too_many_arguments)]
+pub fn block_forward(
+    dev: &CudaDevice,
+    gemm: &mut Gemm,
+    w: &GpuBlockWeights,
+    x: DevPtr<f32>,
+    n: usize,
+    s: &BlockScratch,
+    attend: Attend<'_>,
+    setup: AttentionSetup,
+    gelu: GeluMode,
+) -> Result<(), CudaError> {
+    let c = w.dim;
+    let heads = w.heads;
+    let ln = |dev: &CudaDevice, norm: &super::weights::GpuLayerNorm| {
+        ops::layer_norm(
+            dev,
+            x,
+            n,
+            c,
+            norm.weight_ptr(),
+            norm.bias_ptr(),
+            norm.eps,
+            LnOut::Bf16(s.normed),
+        )
+    };
+    ln(dev, &w.norm1)?;
+    gemm.linear(
+        dev,
+        s.normed,
+        w.qkv.weight_ptr(),
+        w.qkv.bias_ptr(),
+        s.qkv,
+        n,
+        3 * c,
+        c,
+        Epilogue::Bias,
+    )?;
+    let norm = match &w.qk_norm {
+        Some((qn, kn)) => {
+            let missing = || CudaError::Invalid("qk-norm without affine parameters".into());
+            Some(QkNorm {
+                q_weight: qn.weight_ptr().ok_or_else(missing)?,
+                q_bias: qn.bias_ptr().ok_or_else(missing)?,
+                k_weight: kn.weight_ptr().ok_or_else(missing)?,
+                k_bias: kn.bias_ptr().ok_or_else(missing)?,
+                eps: qn.eps,
+            })
+        }
+        None => None,
+    };
+    match attend {
+        Attend::WithinFrames {
+            frames,
+            tokens,
+            tables,
+            rope,
+        } => {
+            let row = c;
+            for f in 0..frames {
+                let rows = f * tokens * row;
+                let page = 2 * f * tokens * row;
+                ops::qkv_split_norm_rope(
+                    dev,
+                    s.qkv.slice(3 * rows, 3 * tokens * row)?,
+                    s.q.slice(rows, tokens * row)?,
+                    s.kv.slice(page, tokens * row)?,
+                    s.kv.slice(page + tokens * row, tokens * row)?,
+                    tokens,
+                    heads,
+                    norm,
+                    rope,
+                )?;
+                let table = tables.slice(4 * f, 4)?;
+                let kv = RawPagedKv {
+                    pool: s.kv,
+                    page_size: tokens as u32,
+                    indices: table.slice(1, 1)?,
+                    cum: table.slice(2, 2)?,
+                    n_pages: table.slice(0, 1)?,
+                };
+                paged_attention_raw(
+                    dev,
+                    setup.kernel,
+                    s.q.slice(rows, tokens * row)?,
+                    s.attn.slice(rows, tokens * row)?,
+                    &kv,
+                    tokens,
+                    heads,
+                    setup.splits(tokens, heads),
+                    s.ws,
+                )?;
+            }
+        }
+        Attend::Cache { cache, layer, rope } => {
+            let k = s.kv.slice(0, n * c)?;
+            let v = s.kv.slice(n * c, n * c)?;
+            ops::qkv_split_norm_rope(dev, s.qkv, s.q, k, v, n, heads, norm, rope)?;
+            cache.write_layer_raw(dev, layer, k, v, n)?;
+            let kv = cache.raw_keys(layer)?;
+            paged_attention_raw(
+                dev,
+                setup.kernel,
+                s.q,
+                s.attn,
+                &kv,
+                n,
+                heads,
+                setup.splits(n, heads),
+                s.ws,
+            )?;
+        }
+    }
+    gemm.linear(
+        dev,
+        s.attn,
+        w.proj.weight_ptr(),
+        w.proj.bias_ptr(),
+        s.out,
+        n,
+        c,
+        c,
+        Epilogue::Bias,
+    )?;
+    ops::residual_add_scaled(dev, x, s.out, DevPtr::of(&w.ls1), n, c)?;
+    ln(dev, &w.norm2)?;
+    let hidden = w.hidden;
+    match (gelu, w.fc1.bias_ptr()) {
+        (GeluMode::Fused, bias @ Some(_)) => gemm.linear(
+            dev,
+            s.normed,
+            w.fc1.weight_ptr(),
+            bias,
+            s.hidden,
+            n,
+            hidden,
+            c,
+            Epilogue::BiasGelu,
+        )?,
+        (_, bias) => {
+            gemm.linear(
+                dev,
+                s.normed,
+                w.fc1.weight_ptr(),
+                None,
+                s.hidden,
+                n,
+                hidden,
+                c,
+                Epilogue::None,
+            )?;
+            match bias {
+                Some(b) => ops::add_bias_gelu_erf(dev, s.hidden, b, n, hidden)?,
+                None => ops::gelu_erf_inplace(dev, s.hidden, n * hidden)?,
+            }
+        }
+    }
+    gemm.linear(
+        dev,
+        s.hidden,
+        w.fc2.weight_ptr(),
+        w.fc2.bias_ptr(),
+        s.out,
+        n,
+        c,
+        hidden,
+        Epilogue::Bias,
+    )?;
+    ops::residual_add_scaled(dev, x, s.out, DevPtr::of(&w.ls2), n, c)?;
+    Ok(())
+}
