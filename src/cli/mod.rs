@@ -2,6 +2,7 @@
 //! this is the edge of the program where errors become messages for a person.
 
 pub mod bench;
+pub mod bench_e2e;
 pub mod cache_sim;
 pub mod export;
 pub mod parity;

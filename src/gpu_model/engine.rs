@@ -149,6 +149,13 @@ impl GpuModel {
         self.weights.bytes()
     }
 
+    /// Device memory in use on the GPU right now (all processes), from the driver.
+    pub fn device_memory_used(&self) -> Option<usize> {
+        self.dev.ctx.bind_to_thread().ok()?;
+        let (free, total) = cudarc::driver::result::mem_get_info().ok()?;
+        Some(total - free)
+    }
+
     pub fn start(&self, sc: SessionConfig) -> Result<GpuSession, CudaError> {
         GpuSession::new(self, sc)
     }
@@ -419,6 +426,12 @@ impl GpuSession {
 
     pub fn kernel(&self) -> AttentionKernel {
         self.setup.kernel
+    }
+
+    /// Graphs on or off, and event timing of each stage (eager steps only).
+    pub fn set_mode(&mut self, graphs: bool, profile_stages: bool) {
+        self.sc.graphs = graphs;
+        self.sc.profile_stages = profile_stages;
     }
 
     /// Forget the stream (a new scale phase follows). Graphs stay valid: addresses are unchanged.

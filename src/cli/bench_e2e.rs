@@ -1,0 +1,323 @@
+//! `streamrecon bench e2e`: the whole model on the GPU, frame by frame, as the reference's
+//! profiler measures it (random weights, synthetic images, phase 1 then one call per frame),
+//! printing JSON and a short table: per-frame milliseconds (median, p99, and around 10/50/90 % of
+//! the run), phase 1, a per-stage breakdown (from eagerly run, event-timed frames after the timed
+//! run), device memory, and the host's share of each frame.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+
+use crate::backend::cuda::AttentionKernel;
+use crate::gpu_model::engine::{DeviceMemory, GpuModel, SessionConfig};
+use crate::gpu_model::transformer::GeluMode;
+use crate::model::{GctModel, ModelConfig};
+
+/// Options of `bench e2e` (flags of `streamrecon bench`).
+#[derive(Debug, Clone)]
+pub struct E2eArgs {
+    pub preset: String,
+    pub resolution: String,
+    pub frames: usize,
+    pub attention: String,
+    pub keyframe_interval: usize,
+    pub graphs: bool,
+    pub kernel: Option<AttentionKernel>,
+    pub profile_frames: usize,
+    pub json: Option<PathBuf>,
+    pub device: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct FrameTime {
+    frame: usize,
+    keyframe: bool,
+    wall_ms: f64,
+    gpu_ms: f64,
+    host_ms: f64,
+    graph: bool,
+    points: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct Window {
+    at_percent: u32,
+    first_frame: usize,
+    last_frame: usize,
+    mean_wall_ms: f64,
+    mean_gpu_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    device: String,
+    preset: String,
+    width: usize,
+    height: usize,
+    scale_frames: usize,
+    window: usize,
+    keyframe_interval: usize,
+    attention: String,
+    kernel: String,
+    graphs: bool,
+    streaming_frames: usize,
+    setup_s: f64,
+    phase1_ms: f64,
+    median_wall_ms: f64,
+    p99_wall_ms: f64,
+    median_gpu_ms: f64,
+    median_host_ms: f64,
+    fps_steady: f64,
+    windows: Vec<Window>,
+    stages_ms: Vec<(String, f64)>,
+    device_memory: DeviceMemory,
+    device_memory_used_bytes: Option<usize>,
+    frames: Vec<FrameTime>,
+}
+
+fn parse_resolution(s: &str) -> anyhow::Result<(usize, usize)> {
+    let (w, h) = s
+        .split_once('x')
+        .with_context(|| format!("--resolution `{s}`: expected WIDTHxHEIGHT, e.g. 518x378"))?;
+    let w: usize = w
+        .trim()
+        .parse()
+        .with_context(|| format!("--resolution `{s}`: bad width"))?;
+    let h: usize = h
+        .trim()
+        .parse()
+        .with_context(|| format!("--resolution `{s}`: bad height"))?;
+    Ok((w, h))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn sorted(v: impl Iterator<Item = f64>) -> Vec<f64> {
+    let mut v: Vec<f64> = v.collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v
+}
+
+/// Deterministic noise images in [0, 1] (cost does not depend on the values).
+fn synthetic_images(count: usize, height: usize, width: usize) -> Vec<Vec<f32>> {
+    (0..count)
+        .map(|i| {
+            let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (i as u64 + 1);
+            (0..3 * height * width)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state >> 40) as f32 / (1u64 << 24) as f32
+                })
+                .collect()
+        })
+        .collect()
+}
+
+pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
+    if args.attention != "paged" {
+        bail!(
+            "--attention {}: the GPU model runs the paged cache only; the dense baseline is measured per layer by `bench attention`",
+            args.attention
+        );
+    }
+    let (width, height) = parse_resolution(&args.resolution)?;
+    let mut cfg = match args.preset.as_str() {
+        "full" => ModelConfig::default(),
+        "tiny" => ModelConfig::tiny(),
+        other => bail!("unknown --random-weights preset `{other}` (use full or tiny)"),
+    };
+    let scale = cfg.scale_frames;
+    let total = scale + args.frames;
+    // As the reference's profiler: a RoPE table long enough for the whole run.
+    cfg.max_frame_num = cfg.max_frame_num.max(total + 100);
+    let setup = Instant::now();
+    eprintln!("bench e2e: building random {} weights…", args.preset);
+    let store = crate::model::weights::random::random_store(&cfg, 0)?;
+    let cpu = GctModel::from_store(cfg.clone(), store)?;
+    eprintln!("bench e2e: uploading to GPU {}…", args.device);
+    let model = GpuModel::new(Arc::new(cpu), args.device)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("bench e2e needs a CUDA GPU")?;
+    let mut sc = SessionConfig::new(height, width);
+    sc.window = cfg.window;
+    sc.max_frames = total + 1;
+    sc.kernel = args.kernel;
+    sc.gelu = GeluMode::Fused;
+    sc.graphs = args.graphs;
+    sc.download_maps = false;
+    let mut session = model.start(sc).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let setup_s = setup.elapsed().as_secs_f64();
+    let images = synthetic_images(4, height, width);
+    let plane = 3 * height * width;
+
+    let phase1: Vec<f32> = (0..scale)
+        .flat_map(|i| images[i % images.len()].iter().copied())
+        .collect();
+    let out = session
+        .step(&phase1, 0..scale as u64, true)
+        .map_err(|e| anyhow::anyhow!("phase 1: {e}"))?;
+    let phase1_ms = out.timing.wall_ms;
+    eprintln!("bench e2e: phase 1 ({scale} frames) {phase1_ms:.1} ms");
+
+    let mut frames = Vec::with_capacity(args.frames);
+    let interval = args.keyframe_interval.max(1);
+    for i in scale..total {
+        let keyframe = (i - scale).is_multiple_of(interval);
+        let img = &images[i % images.len()];
+        debug_assert_eq!(img.len(), plane);
+        let out = session
+            .step(img, i as u64..i as u64 + 1, keyframe)
+            .map_err(|e| anyhow::anyhow!("frame {i}: {e}"))?;
+        let t = &out.timing;
+        frames.push(FrameTime {
+            frame: i,
+            keyframe,
+            wall_ms: t.wall_ms,
+            gpu_ms: t.gpu_ms,
+            host_ms: t.host_ms,
+            graph: t.graph,
+            points: out.points.iter().map(|p| p.xyz.len()).sum(),
+        });
+        if (i - scale + 1).is_multiple_of(1000) {
+            eprintln!(
+                "bench e2e: frame {} of {}: {:.2} ms",
+                i - scale + 1,
+                args.frames,
+                t.wall_ms
+            );
+        }
+    }
+
+    // Per-stage breakdown: a few more frames run eagerly with events between the stages.
+    session.set_mode(false, true);
+    let mut stage_samples: Vec<(String, Vec<f64>)> = Vec::new();
+    for k in 0..args.profile_frames {
+        let i = total + k;
+        let img = &images[i % images.len()];
+        let out = session
+            .step(img, i as u64..i as u64 + 1, true)
+            .map_err(|e| anyhow::anyhow!("profiled frame {i}: {e}"))?;
+        for (name, ms) in out.timing.stages {
+            match stage_samples.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, v)) => v.push(ms),
+                None => stage_samples.push((name, vec![ms])),
+            }
+        }
+    }
+    let stages_ms = stage_samples
+        .into_iter()
+        .map(|(name, v)| (name, percentile(&sorted(v.into_iter()), 0.5)))
+        .collect();
+
+    // Steady state: skip the first frames (graph capture, window filling).
+    let steady = &frames[frames.len().min(10)..];
+    let wall = sorted(steady.iter().map(|f| f.wall_ms));
+    let gpu = sorted(steady.iter().map(|f| f.gpu_ms));
+    let host = sorted(steady.iter().map(|f| f.host_ms));
+    let windows = [10u32, 50, 90]
+        .into_iter()
+        .filter(|_| !frames.is_empty())
+        .map(|pct| {
+            let centre = (frames.len() - 1) * pct as usize / 100;
+            let lo = centre.saturating_sub(30);
+            let hi = (centre + 30).min(frames.len() - 1);
+            let span = &frames[lo..=hi];
+            let n = span.len() as f64;
+            Window {
+                at_percent: pct,
+                first_frame: span[0].frame,
+                last_frame: span[span.len() - 1].frame,
+                mean_wall_ms: span.iter().map(|f| f.wall_ms).sum::<f64>() / n,
+                mean_gpu_ms: span.iter().map(|f| f.gpu_ms).sum::<f64>() / n,
+            }
+        })
+        .collect();
+    let median_wall = percentile(&wall, 0.5);
+    let report = Report {
+        device: model.device().info.name.clone(),
+        preset: args.preset.clone(),
+        width,
+        height,
+        scale_frames: scale,
+        window: cfg.window,
+        keyframe_interval: interval,
+        attention: args.attention.clone(),
+        kernel: format!("{:?}", session.kernel()),
+        graphs: args.graphs,
+        streaming_frames: args.frames,
+        setup_s,
+        phase1_ms,
+        median_wall_ms: median_wall,
+        p99_wall_ms: percentile(&wall, 0.99),
+        median_gpu_ms: percentile(&gpu, 0.5),
+        median_host_ms: percentile(&host, 0.5),
+        fps_steady: 1e3 / median_wall,
+        windows,
+        stages_ms,
+        device_memory: session.device_memory(),
+        device_memory_used_bytes: model.device_memory_used(),
+        frames,
+    };
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    print_table(&report);
+    Ok(())
+}
+
+fn print_table(r: &Report) {
+    let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
+    println!(
+        "e2e,{} {}x{} on {}, kernel {}, graphs {}, {} scale + {} frames, keyframe every {}",
+        r.preset,
+        r.width,
+        r.height,
+        r.device,
+        r.kernel,
+        r.graphs,
+        r.scale_frames,
+        r.streaming_frames,
+        r.keyframe_interval
+    );
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!("| phase 1 ({} frames) | {:.1} ms |", r.scale_frames, r.phase1_ms);
+    println!(
+        "| per frame, median (wall / GPU / host before launch) | {:.2} / {:.2} / {:.3} ms |",
+        r.median_wall_ms, r.median_gpu_ms, r.median_host_ms
+    );
+    println!("| per frame, p99 (wall) | {:.2} ms |", r.p99_wall_ms);
+    println!("| steady FPS | {:.1} |", r.fps_steady);
+    for w in &r.windows {
+        println!(
+            "| mean around {} % (frames {}–{}) wall / GPU | {:.2} / {:.2} ms |",
+            w.at_percent, w.first_frame, w.last_frame, w.mean_wall_ms, w.mean_gpu_ms
+        );
+    }
+    for (name, ms) in &r.stages_ms {
+        println!("| stage {name} (eager, events) | {ms:.2} ms |");
+    }
+    let m = &r.device_memory;
+    println!(
+        "| device memory: KV {:.2} GiB, arena {:.2} GiB, aggregator weights {:.2} GiB, camera cache {:.2} GiB | used {} |",
+        gib(m.kv_bytes),
+        gib(m.arena_bytes),
+        gib(m.aggregator_weight_bytes),
+        gib(m.camera_cache_bytes),
+        r.device_memory_used_bytes
+            .map(|b| format!("{:.2} GiB", gib(b)))
+            .unwrap_or_else(|| "?".into())
+    );
+}
