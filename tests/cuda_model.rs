@@ -1,0 +1,249 @@
+//! The whole model on the GPU against our CPU f32 model (itself checked against the reference):
+//! the gct-tiny fixtures' weights and images over both scenarios (keyframe interval 1 and 2), and
+//! random full-size weights at a small resolution. Poses, depth and confidence must agree within
+//! bf16 tolerances, the kept points must follow; CUDA-graph replays must equal eager steps bit for
+//! bit. Skips with a printed reason where there is no GPU (CI).
+//!
+//! Fixtures: `$STREAMRECON_FIXTURES` (the gct-tiny folder), else `../shared/fixtures/gct-tiny`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use streamrecon::attention::AttentionLayout;
+use streamrecon::backend::cuda::CudaError;
+use streamrecon::gpu_model::engine::{GpuModel, GpuStepOutput, SessionConfig};
+use streamrecon::gpu_model::transformer::GeluMode;
+use streamrecon::model::weights::WeightStore;
+use streamrecon::model::{GctModel, ModelConfig, StepOutput};
+use streamrecon::pipeline::frame::{PointFilter, filter_points};
+
+/// bf16 weights and activations against f32: the bound is about 2e-2 relative.
+const TOLERANCE: f64 = 3e-2;
+
+fn fixture_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("STREAMRECON_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../shared/fixtures/gct-tiny"
+            ))
+        });
+    if dir.join("kf1/config.json").exists() {
+        Some(dir)
+    } else {
+        eprintln!("skipped: fixtures not found at {}", dir.display());
+        None
+    }
+}
+
+fn gpu_model(cpu: &Arc<GctModel>) -> Option<GpuModel> {
+    match GpuModel::new(Arc::clone(cpu), 0) {
+        Ok(m) => Some(m),
+        Err(CudaError::Unavailable(why)) => {
+            eprintln!("skipped: {why}");
+            None
+        }
+        Err(e) => panic!("GPU model failed to load: {e}"),
+    }
+}
+
+fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let d = x as f64 - y as f64;
+        num += d * d;
+        den += (y as f64) * (y as f64);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// Compares one call; returns the worst relative error.
+fn compare(label: &str, cpu: &StepOutput, gpu: &GpuStepOutput, images: &[f32]) -> f64 {
+    let pose_cpu = &cpu.pose_enc;
+    let pose_gpu: Vec<f32> = gpu.pose_enc.iter().flatten().copied().collect();
+    let e_pose = rel_err(&pose_gpu, pose_cpu);
+    let e_depth = rel_err(&gpu.depth, &cpu.depth);
+    let e_conf = rel_err(&gpu.depth_conf, &cpu.depth_conf);
+    // Points: the CPU path's filter on the CPU outputs, against the GPU's compaction.
+    let plane = cpu.height * cpu.width;
+    let filter = PointFilter {
+        min_confidence: 1.5,
+        stride: 1,
+    };
+    let mut counts = Vec::new();
+    for f in 0..cpu.frames {
+        let rgb: Vec<u8> = (0..plane)
+            .flat_map(|i| {
+                (0..3).map(move |c| {
+                    let v = images[(f * 3 + c) * plane + i] * 255.0;
+                    v.clamp(0.0, 255.0).round() as u8
+                })
+            })
+            .collect();
+        let kept = filter_points(
+            &cpu.world_points[f * plane * 3..(f + 1) * plane * 3],
+            &cpu.depth_conf[f * plane..(f + 1) * plane],
+            &rgb,
+            filter,
+        );
+        counts.push((kept.len(), gpu.points[f].xyz.len()));
+    }
+    eprintln!(
+        "{label}: rel err pose {e_pose:.2e} depth {e_depth:.2e} conf {e_conf:.2e}; points cpu/gpu {counts:?}; graph {}",
+        gpu.timing.graph
+    );
+    for &(c, g) in &counts {
+        // Points near the confidence threshold may fall either side in bf16.
+        let slack = (c as f64 * 0.05).max(3.0);
+        assert!(
+            (c as f64 - g as f64).abs() <= slack,
+            "{label}: {g} points kept on the GPU, {c} on the CPU"
+        );
+    }
+    e_pose.max(e_depth).max(e_conf)
+}
+
+fn session_config(h: usize, w: usize, cfg: &ModelConfig, graphs: bool) -> SessionConfig {
+    let mut sc = SessionConfig::new(h, w);
+    sc.window = cfg.window;
+    sc.max_frames = 64;
+    sc.gelu = GeluMode::Exact;
+    sc.graphs = graphs;
+    sc.point_stride = 1;
+    sc.download_maps = true;
+    sc
+}
+
+fn read_images(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).expect("inputs.safetensors");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("valid safetensors");
+    let t = st.tensor("images").expect("images tensor");
+    let data: Vec<f32> = match t.dtype() {
+        safetensors::Dtype::F32 => t
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        safetensors::Dtype::F64 => t
+            .data()
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32)
+            .collect(),
+        other => panic!("images dtype {other:?}"),
+    };
+    (t.shape().to_vec(), data)
+}
+
+fn fixture_scenario(scenario: &str) {
+    let Some(dir) = fixture_dir() else { return };
+    let sdir = dir.join(scenario);
+    let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(sdir.join("config.json")).unwrap())
+            .unwrap();
+    let (h, w) = (json["H"].as_u64().unwrap() as usize, json["W"].as_u64().unwrap() as usize);
+    let calls: Vec<(u64, u64, bool)> = json["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["start"].as_u64().unwrap(),
+                c["end"].as_u64().unwrap(),
+                c["keyframe"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let (_, images) = read_images(&sdir.join("inputs.safetensors"));
+    let store = WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
+    let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
+    let Some(gpu) = gpu_model(&cpu) else { return };
+    let mut graphed = gpu.start(session_config(h, w, &cfg, true)).expect("session");
+    let mut eager = gpu.start(session_config(h, w, &cfg, false)).expect("session");
+    let mut state = cpu.new_stream(h, w, AttentionLayout::Paged).expect("stream");
+    let plane = 3 * h * w;
+    let mut worst = 0.0f64;
+    let mut replayed = 0;
+    for (i, &(a, b, key)) in calls.iter().enumerate() {
+        let img = &images[a as usize * plane..b as usize * plane];
+        let c = cpu.step(&mut state, img, a..b, key, None).expect("cpu step");
+        let g = graphed.step(img, a..b, key).expect("gpu step");
+        let e = eager.step(img, a..b, key).expect("gpu eager step");
+        worst = worst.max(compare(&format!("{scenario} call {i}"), &c, &g, img));
+        if g.timing.graph {
+            replayed += 1;
+        }
+        // A replayed graph runs the very kernels of an eager step on the same data.
+        assert_eq!(g.pose_enc, e.pose_enc, "{scenario} call {i}: graph != eager (pose)");
+        assert_eq!(g.depth, e.depth, "{scenario} call {i}: graph != eager (depth)");
+        assert_eq!(g.points[0].xyz, e.points[0].xyz, "{scenario} call {i}: graph != eager");
+    }
+    eprintln!("{scenario}: worst rel err {worst:.2e}, {replayed} graph replays");
+    assert!(replayed > 0, "{scenario}: no step replayed a graph");
+    assert!(worst <= TOLERANCE, "{scenario}: worst rel err {worst:.3e} > {TOLERANCE}");
+}
+
+#[test]
+fn gct_tiny_kf1_matches_cpu() {
+    fixture_scenario("kf1");
+}
+
+#[test]
+fn gct_tiny_kf2_matches_cpu() {
+    fixture_scenario("kf2");
+}
+
+/// Full-size random weights (embed 1024, 24 + 24 + 24 blocks, full heads) at 168×112.
+#[test]
+fn full_size_random_weights_match_cpu() {
+    let cfg = ModelConfig {
+        scale_frames: 2,
+        window: 2,
+        ..ModelConfig::default()
+    };
+    let store = streamrecon::model::weights::random::random_store(&cfg, 7).expect("weights");
+    let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
+    let Some(gpu) = gpu_model(&cpu) else { return };
+    let (h, w) = (112, 168);
+    let plane = 3 * h * w;
+    let images: Vec<f32> = (0..6 * plane)
+        .map(|i| ((i * 2654435761usize) % 1000) as f32 / 1000.0)
+        .collect();
+    let mut session = gpu.start(session_config(h, w, &cfg, true)).expect("session");
+    let mut state = cpu.new_stream(h, w, AttentionLayout::Paged).expect("stream");
+    let calls = [(0u64, 2u64, true), (2, 3, true), (3, 4, false), (4, 5, true), (5, 6, true)];
+    let mut worst = 0.0f64;
+    for (i, &(a, b, key)) in calls.iter().enumerate() {
+        let img = &images[a as usize * plane..b as usize * plane];
+        let c = cpu.step(&mut state, img, a..b, key, None).expect("cpu step");
+        let g = session.step(img, a..b, key).expect("gpu step");
+        worst = worst.max(compare(&format!("full call {i}"), &c, &g, img));
+    }
+    eprintln!("full size: worst rel err {worst:.2e}");
+    assert!(worst <= TOLERANCE, "full size: worst rel err {worst:.3e} > {TOLERANCE}");
+}
+
+/// Bad input is an error naming what was expected, and leaves the stream usable.
+#[test]
+fn bad_calls_are_errors_and_leave_the_stream_intact() {
+    let cfg = ModelConfig::tiny();
+    let store = streamrecon::model::weights::random::random_store(&cfg, 1).expect("weights");
+    let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
+    let Some(gpu) = gpu_model(&cpu) else { return };
+    let (h, w) = (42, 56);
+    let plane = 3 * h * w;
+    assert!(gpu.start(session_config(40, 56, &cfg, true)).is_err());
+    let mut s = gpu.start(session_config(h, w, &cfg, true)).expect("session");
+    let images = vec![0.5f32; 4 * plane];
+    // Non-keyframe first call, wrong length, too many frames.
+    assert!(s.step(&images[..plane], 0..1, false).is_err());
+    let e = s.step(&images[..plane - 1], 0..1, true).unwrap_err();
+    assert!(e.to_string().contains("expected 1 images"), "{e}");
+    assert!(s.step(&images, 0..4, true).is_err());
+    assert_eq!(s.committed_frames(), 0);
+    s.step(&images[..2 * plane], 0..2, true).expect("phase 1");
+    s.step(&images[..plane], 2..3, true).expect("frame 2");
+    assert_eq!(s.committed_frames(), 3);
+}
