@@ -7,7 +7,7 @@
 //   warpgroup 0  producer: gathers the paged K/V tiles (128 keys) with cp.async into a ring of
 //                STAGES shared-memory stages; each row looks up its own page (a tile may straddle
 //                pages). A stage is announced on its `full` mbarrier once its copies landed (the
-//                producer waits one tile behind, then fences to the async proxy and arrives), and
+//                producer waits two tiles behind, then fences to the async proxy and arrives), and
 //                refilled once both consumers arrived on its `empty` mbarrier.
 //   warpgroups 1, 2  consumers, 64 query rows each. Per key tile j one "GEMM section" issues
 //                S(j) = Q K(j)^T (m64n128k16, Q and K from shared memory) together with
@@ -19,9 +19,11 @@
 // row r at c ^ (r & 7)); the descriptors and fragment layouts are those of
 // paged_attention_sm90.cu's WgmmaWide kernel.
 //
-// `POLY_EXP`: a quarter of the softmax exponentials are computed by a degree-3 polynomial on the
-// FMA pipe instead of the MUFU unit (with head dim 64, MUFU time per tile equals the tensor
-// time); the polynomial's relative error (9e-5) is far below bf16's for P.
+// Variants (entry points, timed side by side): PINGPONG (the turn-taking above) and OVERLAP (the
+// exponentials of S(j) computed while the warpgroup's own P(j-1) V(j-1) is still running; only O
+// and P wait for it). Measured: a quarter of the exponentials on the FMA pipe by a polynomial
+// (FlashAttention-4's trick) was 8 % slower than all on MUFU: the softmax is latency-bound here,
+// not MUFU-bound.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -89,21 +91,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
-// 2^x for x <= 0 (or -inf) on the FMA/ALU pipes: x = i + f with i = floor(x) (round-down add of
-// 1.5 * 2^23 leaves i in the low mantissa bits), 2^f by a degree-3 minimax polynomial on [0, 1),
-// then i added to the exponent field. Clamping at -127 makes -inf (masked keys) exactly 0.
-__device__ __forceinline__ float poly_exp2(float x) {
-    x = fmaxf(x, -127.f);
-    float t;
-    asm("add.rm.f32 %0, %1, 0f4B400000;\n" : "=f"(t) : "f"(x));
-    float f = x - (t - 12582912.f);
-    float p = fmaf(fmaf(fmaf(0.077119089663028717041015625f, f, 0.227564394474029541015625f), f,
-                        0.695146143436431884765625f),
-                   f, 1.f);
-    // (bits(t) << 23) == i << 23: the low 20 bits of 0x4B400000 are zero.
-    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 // Shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading byte
 // offset 16 (unused by these shapes), stride byte offset 1024 (between groups of 8 rows of 128 B).
 __device__ __forceinline__ u64 smem_desc(u32 addr) {
@@ -169,8 +156,7 @@ __device__ __forceinline__ u32 find_page(const u32* __restrict__ cum, u32 n_page
 
 // ---- producer: warpgroup 0 -------------------------------------------------------------------
 // Thread `tid` (0..127) copies chunk column tid & 7 of rows (tid >> 3) + 16 i, i < 8, of every
-// tile, K and V. Its page cursor follows its first row; the other rows lie further on, so their
-// pages are found by walking forward from it.
+// tile, K and V.
 __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32 bar_empty,
     const u16* __restrict__ pool, u32 page_size, const u32* __restrict__ indices,
     const u32* __restrict__ cum, u32 n_pages, u32 kv_len, u32 kv_begin, u32 kv_end, u32 n_tiles,
@@ -183,7 +169,14 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
     const u32 page_stride = 2 * v_offset;
     const u32 ld_col = tid & 7;
     const u32 ld_row = tid >> 3;
-    u32 cursor = find_page(cum, n_pages, kv_begin + ld_row < kv_len ? kv_begin + ld_row : kv_len - 1);
+    // The rows this thread copies only move forward (row ld_row + 16 i of tile j, tile after
+    // tile), so one cursor follows them: the current page's key range [lo, hi) and its base
+    // address stay in registers, and the page table is read only when a row crosses into the
+    // next page (about once per 60 rows), not as a chain of dependent loads per row.
+    u32 p = find_page(cum, n_pages, kv_begin + ld_row < kv_len ? kv_begin + ld_row : kv_len - 1);
+    u32 lo = __ldg(cum + p);
+    u32 hi = __ldg(cum + p + 1);
+    const u16* page_ptr = pool + (u64)__ldg(indices + p) * page_stride + h * HEAD_DIM + ld_col * 8;
 
     for (u32 j = 0; j < n_tiles; ++j) {
         const u32 stage = j % WS_STAGES;
@@ -192,7 +185,6 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
         u16* sk = skv + stage * (WS_STAGE_BYTES / 2);
         u16* sv = sk + WS_TILE_BYTES / 2;
         const u32 t0 = kv_begin + j * WS_BLOCK_N;
-        u32 p = cursor;
 #pragma unroll
         for (int i = 0; i < kLoadRows; ++i) {
             const u32 r = ld_row + kRowStep * i;
@@ -200,36 +192,41 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
             const bool ok = t < kv_end;
             const u16* src = pool;
             if (ok) {
-                while (__ldg(cum + p + 1) <= t) ++p;
-                if (i == 0) cursor = p;
-                const u32 slot = t - __ldg(cum + p);
-                const u64 page = __ldg(indices + p);
-                src = pool + page * page_stride + (slot * tok_stride + h * HEAD_DIM + ld_col * 8);
+                // t < kv_len = cum[n_pages], so this stops at a page p < n_pages; empty pages
+                // (lo == hi) are stepped over.
+                while (t >= hi) {
+                    ++p;
+                    lo = hi;
+                    hi = __ldg(cum + p + 1);
+                    page_ptr = pool + (u64)__ldg(indices + p) * page_stride + h * HEAD_DIM + ld_col * 8;
+                }
+                src = page_ptr + (t - lo) * tok_stride;
             }
             const u32 off = swz(r, ld_col) * 8;
             cp_async_16(smem_addr(sk + off), src, ok);
             cp_async_16(smem_addr(sv + off), ok ? src + v_offset : src, ok);
         }
         cp_async_commit();
-        // Announce the previous tile once this thread's copies of it have landed: waiting one
-        // tile behind keeps two tiles of copies in flight per thread.
-        if (j > 0) {
-            cp_async_wait<1>();
+        // Announce tile j - 2 once this thread's copies of it have landed: three tiles of copies
+        // stay in flight per thread.
+        if (j >= 2) {
+            cp_async_wait<2>();
             fence_proxy_async();
-            mbar_arrive(bar_full + ((j - 1) % WS_STAGES) * 8);
+            mbar_arrive(bar_full + ((j - 2) % WS_STAGES) * 8);
         }
     }
     cp_async_wait<0>();
     fence_proxy_async();
-    mbar_arrive(bar_full + ((n_tiles - 1) % WS_STAGES) * 8);
+    for (u32 j = n_tiles > 2 ? n_tiles - 2 : 0; j < n_tiles; ++j) mbar_arrive(bar_full + (j % WS_STAGES) * 8);
 }
 
 // ---- consumers: online softmax of one S tile -------------------------------------------------
 // s holds this thread's 2 rows x 32 columns of S (row g + 8 hf, column 8 j + 2 (lane & 3) + e at
-// s[4 j + 2 hf + e]); on return P (bf16) is in p and O has been rescaled to the new maximum.
-template <bool POLY_EXP>
-__device__ __forceinline__ void ws_softmax(float* s, float* o_acc, u32 (*p)[4], float* row_max,
-    float* row_sum, u32 lane, u32 t0, u32 kv_end, float scale_log2) {
+// s[4 j + 2 hf + e]). Part 1 (S only): mask, new row maxima, s := P in f32, row sums, and the
+// factor corr[hf] by which O must be rescaled. Reductions are trees: with only two consumer warps
+// per SM sub-partition, the dependent-latency chain is what the softmax's time is made of.
+__device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* row_sum,
+    float* corr, u32 lane, u32 t0, u32 kv_end, float scale_log2) {
     if (t0 + WS_BLOCK_N > kv_end) {
 #pragma unroll
         for (int j = 0; j < 16; ++j)
@@ -241,40 +238,45 @@ __device__ __forceinline__ void ws_softmax(float* s, float* o_acc, u32 (*p)[4], 
     }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-        float mx = NEG_INF;
+        float m8[8];
 #pragma unroll
-        for (int j = 0; j < 16; ++j) mx = fmaxf(mx, fmaxf(s[j * 4 + hf * 2], s[j * 4 + hf * 2 + 1]));
+        for (int k = 0; k < 8; ++k)
+            m8[k] = fmaxf(fmaxf(s[(2 * k) * 4 + hf * 2], s[(2 * k) * 4 + hf * 2 + 1]),
+                          fmaxf(s[(2 * k + 1) * 4 + hf * 2], s[(2 * k + 1) * 4 + hf * 2 + 1]));
+#pragma unroll
+        for (int k = 0; k < 4; ++k) m8[k] = fmaxf(m8[k], m8[k + 4]);
+        float mx = fmaxf(fmaxf(m8[0], m8[2]), fmaxf(m8[1], m8[3]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         // Every tile holds at least one valid key, so m_new is finite.
         const float m_new = fmaxf(row_max[hf], mx * scale_log2);
-        const float corr = fast_exp2(row_max[hf] - m_new);
+        corr[hf] = fast_exp2(row_max[hf] - m_new);
         row_max[hf] = m_new;
-        float sum = 0.f;
+        float sum4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
-            const float x0 = fmaf(s[j * 4 + hf * 2], scale_log2, -m_new);
-            const float x1 = fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new);
-            float p0, p1;
-            if (POLY_EXP && (j & 3) == 3) {
-                p0 = poly_exp2(x0);
-                p1 = poly_exp2(x1);
-            } else {
-                p0 = fast_exp2(x0);
-                p1 = fast_exp2(x1);
-            }
+            const float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_new));
+            const float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new));
             s[j * 4 + hf * 2] = p0;
             s[j * 4 + hf * 2 + 1] = p1;
-            sum += p0 + p1;
+            sum4[j & 3] += p0 + p1;
         }
-        row_sum[hf] = row_sum[hf] * corr + sum;
-        // Once the running maximum settles most tiles move no row's maximum (corr == 1 exactly):
-        // skip the rescale when that holds for the whole warp.
-        if (__any_sync(0xffffffffu, corr != 1.f)) {
+        row_sum[hf] = row_sum[hf] * corr[hf] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
+    }
+}
+
+// Part 2 (once O += P V of the previous tile has completed): rescale O, pack P to bf16 for the
+// next P V (the m64k16 A-fragment layout: rows g / g + 8, columns 16 kc + 2 (lane & 3) (+ 8)).
+__device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u32 (*p)[4], const float* corr) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        // Once the running maximum settles most tiles move no row's maximum (corr == 1
+        // exactly): skip the rescale when that holds for the whole warp.
+        if (__any_sync(0xffffffffu, corr[hf] != 1.f)) {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                o_acc[j * 4 + hf * 2] *= corr;
-                o_acc[j * 4 + hf * 2 + 1] *= corr;
+                o_acc[j * 4 + hf * 2] *= corr[hf];
+                o_acc[j * 4 + hf * 2 + 1] *= corr[hf];
             }
         }
     }
@@ -287,7 +289,7 @@ __device__ __forceinline__ void ws_softmax(float* s, float* o_acc, u32 (*p)[4], 
     }
 }
 
-template <bool POLY_EXP>
+template <bool PINGPONG, bool OVERLAP>
 __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
     u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
@@ -376,29 +378,33 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 other_turn = 2 - c;
 
     if (n_tiles > 0) {
-        if (c == 1) named_arrive(other_turn, 256);
+        if (PINGPONG && c == 1) named_arrive(other_turn, 256);
+        float corr[2];
 
         // Section 0: S(0) only.
         mbar_wait(bar_full, 0);
-        named_sync(my_turn, 256);
+        if (PINGPONG) named_sync(my_turn, 256);
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc)
             wgmma_m64n128k16_ss(s, smem_desc(sq_wg + kc * 32), smem_desc(skv0 + kc * 32), kc);
         wgmma_commit();
-        named_arrive(other_turn, 256);
+        if (PINGPONG) named_arrive(other_turn, 256);
         wgmma_wait<0>();
         fence_regs<64>(s);
-        ws_softmax<POLY_EXP>(s, o_acc, p, row_max, row_sum, lane, kv_begin, kv_end, scale_log2);
+        ws_softmax_exp(s, row_max, row_sum, corr, lane, kv_begin, kv_end, scale_log2);
+        ws_rescale_pack(s, o_acc, p, corr);
 
-        // Section j: S(j) and O += P(j-1) V(j-1); then release tile j-1 and do softmax(j).
+        // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
+        // tile j-1. OVERLAP: the exponentials of S(j) run while P(j-1) V(j-1) is still on the
+        // tensor cores (they only touch s); O and P wait for it.
         for (u32 j = 1; j < n_tiles; ++j) {
             const u32 stage = j % WS_STAGES;
             const u32 prev = (j - 1) % WS_STAGES;
             const u32 sk = skv0 + stage * WS_STAGE_BYTES;
             const u32 sv_prev = skv0 + prev * WS_STAGE_BYTES + WS_TILE_BYTES;
             mbar_wait(bar_full + stage * 8, (j / WS_STAGES) & 1);
-            named_sync(my_turn, 256);
+            if (PINGPONG) named_sync(my_turn, 256);
             fence_regs<64>(s);
             fence_regs<32>(o_acc);
             fence_frag(p);
@@ -406,31 +412,43 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc)
                 wgmma_m64n128k16_ss(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
+            wgmma_commit();
 #pragma unroll
             for (int kc = 0; kc < 8; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
             wgmma_commit();
-            named_arrive(other_turn, 256);
-            wgmma_wait<0>();
-            fence_regs<64>(s);
-            fence_regs<32>(o_acc);
-            fence_frag(p);
-            mbar_arrive(bar_empty + prev * 8);
-            ws_softmax<POLY_EXP>(s, o_acc, p, row_max, row_sum, lane, kv_begin + j * WS_BLOCK_N,
-                                 kv_end, scale_log2);
+            if (PINGPONG) named_arrive(other_turn, 256);
+            const u32 t0 = kv_begin + j * WS_BLOCK_N;
+            if (OVERLAP) {
+                wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
+                fence_regs<64>(s);
+                ws_softmax_exp(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
+                wgmma_wait<0>();
+                fence_regs<32>(o_acc);
+                fence_frag(p);
+                mbar_arrive(bar_empty + prev * 8);
+            } else {
+                wgmma_wait<0>();
+                fence_regs<64>(s);
+                fence_regs<32>(o_acc);
+                fence_frag(p);
+                mbar_arrive(bar_empty + prev * 8);
+                ws_softmax_exp(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
+            }
+            ws_rescale_pack(s, o_acc, p, corr);
         }
 
         // Last section: O += P(n-1) V(n-1).
         {
             const u32 last = (n_tiles - 1) % WS_STAGES;
             const u32 sv_last = skv0 + last * WS_STAGE_BYTES + WS_TILE_BYTES;
-            named_sync(my_turn, 256);
+            if (PINGPONG) named_sync(my_turn, 256);
             fence_regs<32>(o_acc);
             fence_frag(p);
             wgmma_fence();
 #pragma unroll
             for (int kc = 0; kc < 8; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
             wgmma_commit();
-            if (c == 0) named_arrive(other_turn, 256);
+            if (PINGPONG && c == 0) named_arrive(other_turn, 256);
             wgmma_wait<0>();
             fence_regs<32>(o_acc);
             fence_frag(p);
@@ -469,21 +487,19 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 }
 
 // Smem: 1024 (alignment slack) + 16 KB Q + STAGES x 32 KB K/V + 2 x STAGES mbarriers.
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) paged_attention_fwd_sm90_ws(
-    const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
-    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
-    const u32* __restrict__ indices, const u32* __restrict__ cum, const u32* __restrict__ n_pages_ptr,
-    u32 lq, u32 heads, u32 n_splits, float scale_log2) {
-    ws_body<false>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages_ptr, lq, heads,
-                   n_splits, scale_log2);
-}
+#define WS_ENTRY(NAME, PINGPONG, OVERLAP)                                                          \
+    extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) NAME(                             \
+        const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \
+        float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
+        const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
+        const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) { \
+        ws_body<PINGPONG, OVERLAP>(q, out, part_o, part_lse, pool, page_size, indices, cum,       \
+                                   n_pages_ptr, lq, heads, n_splits, scale_log2);                 \
+    }
 
-// The same with a quarter of the exponentials on the FMA pipe (an experiment: see the header).
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) paged_attention_fwd_sm90_ws_poly(
-    const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,
-    float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,
-    const u32* __restrict__ indices, const u32* __restrict__ cum, const u32* __restrict__ n_pages_ptr,
-    u32 lq, u32 heads, u32 n_splits, float scale_log2) {
-    ws_body<true>(q, out, part_o, part_lse, pool, page_size, indices, cum, n_pages_ptr, lq, heads,
-                  n_splits, scale_log2);
-}
+// Ping-pong consumers, softmax overlapping the consumer's own P V.
+WS_ENTRY(paged_attention_fwd_sm90_ws, true, true)
+// Ping-pong, each section fully serial (wait for both products, then the softmax).
+WS_ENTRY(paged_attention_fwd_sm90_ws_serial, true, false)
+// No ping-pong: the two consumers issue whenever ready; softmax overlapping P V.
+WS_ENTRY(paged_attention_fwd_sm90_ws_free, false, true)

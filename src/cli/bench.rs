@@ -58,8 +58,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 24)]
     pub check_rows: usize,
     /// Attention kernel for the paged and dense rows: auto (wgmma on Hopper, else mma), mma,
-    /// wgmma, ws (warp-specialised wgmma), ws-poly. Every other kernel the GPU has is also timed,
-    /// paged, in its own column.
+    /// wgmma, ws (warp-specialised wgmma), ws-serial, ws-free. Every other kernel the GPU has is
+    /// also timed, paged, in its own column.
     #[arg(long, default_value = "auto")]
     pub kernel: String,
     /// Tokens per page; default exact pages (= patches per frame, 999).
@@ -274,9 +274,10 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
         "mma" => AttentionKernel::MmaSync,
         "wgmma" => AttentionKernel::WgmmaWide,
         "ws" => AttentionKernel::WgmmaWs,
-        "ws-poly" => AttentionKernel::WgmmaWsPoly,
+        "ws-serial" => AttentionKernel::WgmmaWsSerial,
+        "ws-free" => AttentionKernel::WgmmaWsFree,
         other => {
-            bail!("unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-poly)")
+            bail!("unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free)")
         }
     };
     if !kernels.contains(&kernel) {

@@ -209,18 +209,18 @@ impl DeviceKvCache {
 
     /// Device view of the visible page ids.
     pub fn indices(&self) -> CudaView<'_, u32> {
-        self.table.slice(0..self.geometry.max_pages)
+        self.table.slice(HEADER..HEADER + self.geometry.max_pages)
     }
 
     /// Device view of the prefix sums of the visible pages' lengths (`n_pages + 1` used).
     pub fn cum(&self) -> CudaView<'_, u32> {
         let m = self.geometry.max_pages;
-        self.table.slice(m..2 * m + 1)
+        self.table.slice(HEADER + m..HEADER + 2 * m + 1)
     }
 
     fn runs(&self) -> CudaView<'_, u32> {
         let m = self.geometry.max_pages;
-        self.table.slice(2 * m + 1..)
+        self.table.slice(HEADER + 2 * m + 1..)
     }
 
     /// Validates a step's table against the geometry and copies it to the device in one

@@ -121,7 +121,11 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "paged_attention_sm90_ws",
         source: include_str!("../../../kernels/paged_attention_sm90_ws.cu"),
-        functions: &["paged_attention_fwd_sm90_ws", "paged_attention_fwd_sm90_ws_poly"],
+        functions: &[
+            "paged_attention_fwd_sm90_ws",
+            "paged_attention_fwd_sm90_ws_serial",
+            "paged_attention_fwd_sm90_ws_free",
+        ],
         hopper_only: true,
     },
 ];
