@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod bench_e2e;
+pub mod backend_choice;
 pub mod cache_sim;
 pub mod export;
 pub mod parity;

@@ -20,7 +20,7 @@ use crate::capture::{
 use crate::model::weights::WeightStore;
 use crate::model::{GctModel, ModelConfig};
 use crate::pipeline::{
-    Control, CpuFrameModel, Delivery, FrameModel, FrameResult, KeyframePolicy, KeyframeRule,
+    Control, Delivery, FrameModel, FrameResult, KeyframePolicy, KeyframeRule,
     KeyframeScheduler, OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary,
     PointFilter,
 };
@@ -28,6 +28,9 @@ use crate::record::{Offer, Recorder, RecorderOptions};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
+    /// Where the model runs: auto (the GPU when CUDA works, else the CPU), cpu or cuda.
+    #[arg(long, value_enum, default_value_t = super::backend_choice::BackendArg::Auto)]
+    pub backend: super::backend_choice::BackendArg,
     /// Run without a window (the only mode of `run` for now; the viewer is `streamrecon view`).
     #[arg(long)]
     pub headless: bool,
@@ -396,7 +399,7 @@ fn load_model(args: &RunArgs) -> anyhow::Result<Arc<dyn FrameModel>> {
         ),
     };
     let model = GctModel::from_store(cfg, store)?;
-    Ok(Arc::new(CpuFrameModel::new(model)))
+    super::backend_choice::frame_model(model, args.backend)
 }
 
 fn prepare_session_dir(out: &Path) -> anyhow::Result<()> {

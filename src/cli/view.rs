@@ -22,7 +22,7 @@ use crate::capture::{
 use crate::model::weights::WeightStore;
 use crate::model::{GctModel, ModelConfig};
 use crate::pipeline::{
-    Control, CpuFrameModel, Delivery, FrameModel, KeyframePolicy, KeyframeRule, Outputs, Pipeline,
+    Control, Delivery, FrameModel, KeyframePolicy, KeyframeRule, Outputs, Pipeline,
     PipelineConfig, PipelineEvent, PointFilter,
 };
 use crate::record::{Recorder, RecorderOptions, RecorderStatus};
@@ -47,6 +47,9 @@ const FEEDER_EXIT_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Args)]
 pub struct ViewArgs {
+    /// Where the model runs: auto (the GPU when CUDA works, else the CPU), cpu or cuda.
+    #[arg(long, value_enum, default_value_t = super::backend_choice::BackendArg::Auto)]
+    pub backend: super::backend_choice::BackendArg,
     /// `webcam:N`, `webcam:NAME`, `synthetic`, an image folder, or `demo` (a synthetic room
     /// with a simulated cache and no model). Default: webcam:0 when a camera exists, else the
     /// synthetic room.
@@ -518,7 +521,10 @@ fn load_model(args: &ViewArgs) -> anyhow::Result<(Arc<dyn FrameModel>, Option<St
             "RANDOM WEIGHTS ({preset} model): {why}. The geometry shown is meaningless; \
              pass --weights FILE for a real reconstruction."
         );
-        Ok((Arc::new(CpuFrameModel::new(model)), Some(notice)))
+        Ok((
+            super::backend_choice::frame_model(model, args.backend)?,
+            Some(notice),
+        ))
     };
     if let Some(preset) = &args.random_weights {
         if args.weights.is_some() {
@@ -542,7 +548,7 @@ fn load_model(args: &ViewArgs) -> anyhow::Result<(Arc<dyn FrameModel>, Option<St
         None => ModelConfig::default().infer_from_weights(&store)?,
     };
     let model = GctModel::from_store(cfg, store)?;
-    Ok((Arc::new(CpuFrameModel::new(model)), None))
+    Ok((super::backend_choice::frame_model(model, args.backend)?, None))
 }
 
 /// Loads the model, runs the pipeline and relays between it and the window until either ends.

@@ -28,7 +28,12 @@ pub struct GpuFrameModel {
 impl GpuFrameModel {
     /// Uploads `cpu` to GPU `ordinal`. Errors (never panics) without a usable GPU.
     pub fn new(cpu: GctModel, ordinal: usize) -> Result<Self, ModelError> {
-        let model = GpuModel::new(Arc::new(cpu), ordinal).map_err(gpu_err)?;
+        Self::from_shared(Arc::new(cpu), ordinal)
+    }
+
+    /// As [`Self::new`], keeping the caller's handle on the CPU model (for a fallback).
+    pub fn from_shared(cpu: Arc<GctModel>, ordinal: usize) -> Result<Self, ModelError> {
+        let model = GpuModel::new(cpu, ordinal).map_err(gpu_err)?;
         Ok(Self {
             model: Arc::new(model),
             lock: Arc::new(Mutex::new(())),

@@ -90,6 +90,10 @@ impl CpuFrameModel {
             model: Arc::new(model),
         }
     }
+
+    pub fn from_shared(model: Arc<GctModel>) -> Self {
+        CpuFrameModel { model }
+    }
 }
 
 impl FrameModel for CpuFrameModel {
