@@ -11,16 +11,16 @@ use super::ops::norm::LayerNorm;
 use super::weights::WeightStore;
 
 pub struct TransformerBlock {
-    norm1: LayerNorm,
-    qkv: Linear,
+    pub(crate) norm1: LayerNorm,
+    pub(crate) qkv: Linear,
     /// Per-head LayerNorm of q and k (aggregator blocks only).
-    qk_norm: Option<(LayerNorm, LayerNorm)>,
-    proj: Linear,
-    ls1: Vec<f32>,
-    norm2: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-    ls2: Vec<f32>,
+    pub(crate) qk_norm: Option<(LayerNorm, LayerNorm)>,
+    pub(crate) proj: Linear,
+    pub(crate) ls1: Vec<f32>,
+    pub(crate) norm2: LayerNorm,
+    pub(crate) fc1: Linear,
+    pub(crate) fc2: Linear,
+    pub(crate) ls2: Vec<f32>,
     pub dim: usize,
     pub heads: usize,
     pub head_dim: usize,

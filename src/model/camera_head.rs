@@ -14,18 +14,18 @@ use super::record::{Recorder, put};
 use super::weights::WeightStore;
 
 pub struct CameraHead {
-    empty_pose: Vec<f32>,
-    token_norm: LayerNorm,
-    embed_pose: Linear,
-    modulation: Linear,
+    pub(crate) empty_pose: Vec<f32>,
+    pub(crate) token_norm: LayerNorm,
+    pub(crate) embed_pose: Linear,
+    pub(crate) modulation: Linear,
     /// LayerNorm without affine parameters, eps 1e-6 (the adaptive norm's base).
-    adaptive_norm: LayerNorm,
-    trunk: Vec<TransformerBlock>,
-    trunk_norm: LayerNorm,
-    branch_fc1: Linear,
-    branch_fc2: Linear,
-    width: usize,
-    iterations: usize,
+    pub(crate) adaptive_norm: LayerNorm,
+    pub(crate) trunk: Vec<TransformerBlock>,
+    pub(crate) trunk_norm: LayerNorm,
+    pub(crate) branch_fc1: Linear,
+    pub(crate) branch_fc2: Linear,
+    pub(crate) width: usize,
+    pub(crate) iterations: usize,
 }
 
 /// Keys and values of committed frames' camera tokens, per iteration and trunk layer:

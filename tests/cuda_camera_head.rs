@@ -1,0 +1,313 @@
+//! The camera head on the GPU (`GpuCameraHead`) against the CPU f32 `CameraHead` on random
+//! weights, at the gct-tiny configuration and at full width (2048, 16 x 128, 4 iterations): a
+//! phase-1 call of several frames, then streaming frames alternating keyframe / non-keyframe,
+//! comparing every pose encoding. Non-keyframes must leave the device cache bit for bit as it was.
+//! Skips with a printed reason where there is no GPU (CI).
+
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use streamrecon::backend::cuda::CudaDevice;
+use streamrecon::backend::cuda::arena::DevPtr;
+use streamrecon::backend::cuda::gemm::Gemm;
+use streamrecon::gpu_model::camera_head::GpuCameraHead;
+use streamrecon::model::ModelConfig;
+use streamrecon::model::camera_head::{CameraCache, CameraHead};
+use streamrecon::model::weights::{RawTensor, WeightStore};
+
+/// bf16 weights and GEMM operands, f32 accumulation and residuals.
+const TOLERANCE: f64 = 2e-2;
+const POSE: usize = 9;
+/// Tokens per frame in the test's token buffer: the camera token is row 0, the rest is noise the
+/// head must not read (checks `token_stride`).
+const TOKENS_PER_FRAME: usize = 3;
+
+fn device() -> Option<CudaDevice> {
+    match CudaDevice::open(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// The camera head's parameters drawn at random, scaled so every part matters: LayerNorm
+/// weights around 1, non-zero biases, LayerScale gammas of 0.2..0.6 (not the 0.01 init, which
+/// would hide the trunk and its attention), matrices with variance 1/fan_in.
+fn random_camera_head(cfg: &ModelConfig, seed: u64) -> CameraHead {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let raw: Vec<RawTensor> = cfg
+        .parameter_shapes()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("camera_head."))
+        .map(|(name, shape)| {
+            let n: usize = shape.iter().product();
+            let data: Vec<f32> = if name.ends_with(".gamma") {
+                (0..n).map(|_| rng.random_range(0.2..0.6)).collect()
+            } else if name.ends_with(".bias") {
+                (0..n).map(|_| rng.random_range(-0.1..0.1)).collect()
+            } else if shape.len() == 1 {
+                (0..n).map(|_| 1.0 + rng.random_range(-0.2..0.2)).collect()
+            } else {
+                let fan_in: usize = shape[1..].iter().product();
+                let a = (3.0 / fan_in as f32).sqrt();
+                (0..n).map(|_| rng.random_range(-a..a)).collect()
+            };
+            RawTensor { name, shape, data }
+        })
+        .collect();
+    let mut store = WeightStore::from_raw("random camera head", raw).expect("store");
+    CameraHead::load(&mut store, cfg).expect("camera head loads")
+}
+
+/// One call of the sequence: frames in the call, and whether they are committed (scale frames
+/// and keyframes).
+#[derive(Clone, Copy)]
+struct Call {
+    frames: usize,
+    keyframe: bool,
+}
+
+/// Phase 1 with `scale` frames, then `streaming` single frames alternating keyframe /
+/// non-keyframe.
+fn schedule(scale: usize, streaming: usize) -> Vec<Call> {
+    let mut calls = vec![Call {
+        frames: scale,
+        keyframe: true,
+    }];
+    calls.extend((0..streaming).map(|i| Call {
+        frames: 1,
+        keyframe: i % 2 == 0,
+    }));
+    calls
+}
+
+struct Errors {
+    rel: f64,
+    max_abs: f64,
+}
+
+fn compare(got: &[f32], want: &[f32]) -> Errors {
+    assert_eq!(got.len(), want.len());
+    assert!(got.iter().all(|v| v.is_finite()), "non-finite GPU output");
+    let mut diff2 = 0.0f64;
+    let mut ref2 = 0.0f64;
+    let mut max_abs = 0.0f64;
+    for (&g, &w) in got.iter().zip(want) {
+        let d = (g as f64 - w as f64).abs();
+        diff2 += d * d;
+        ref2 += (w as f64) * (w as f64);
+        max_abs = max_abs.max(d);
+    }
+    Errors {
+        rel: (diff2 / ref2.max(1e-30)).sqrt(),
+        max_abs,
+    }
+}
+
+fn cache_equal(a: &(Vec<bf16>, Vec<bf16>), b: &(Vec<bf16>, Vec<bf16>)) -> bool {
+    let same = |x: &[bf16], y: &[bf16]| x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+    a.0.len() == b.0.len() && a.1.len() == b.1.len() && same(&a.0, &b.0) && same(&a.1, &b.1)
+}
+
+/// Runs `calls` through both heads from an empty cache and returns the worst relative error.
+#[allow(clippy::too_many_arguments)]
+fn run_sequence(
+    dev: &CudaDevice,
+    gemm: &mut Gemm,
+    cpu: &CameraHead,
+    gpu: &mut GpuCameraHead,
+    width: usize,
+    calls: &[Call],
+    seed: u64,
+    label: &str,
+) -> f64 {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let max_frames = calls.iter().map(|c| c.frames).max().unwrap_or(1);
+    let stride = TOKENS_PER_FRAME * width;
+    let mut tokens_dev: CudaSlice<f32> =
+        dev.stream.alloc_zeros(max_frames * stride).expect("tokens");
+    let pose_dev: CudaSlice<f32> = dev.stream.alloc_zeros(max_frames * POSE).expect("pose");
+    let mut cache_len_dev: CudaSlice<u32> = dev.stream.alloc_zeros(1).expect("cache_len");
+    let mut cpu_cache = CameraCache::default();
+    let mut committed = 0usize;
+    let mut worst = 0.0f64;
+    for (i, call) in calls.iter().enumerate() {
+        let f = call.frames;
+        // Camera tokens: a per-frame offset and scale on top of noise, so frames differ.
+        let mut host = vec![0.0f32; f * stride];
+        for (fr, frame) in host.chunks_exact_mut(stride).enumerate() {
+            let offset = rng.random_range(-1.0f32..1.0);
+            let scale = rng.random_range(0.5f32..2.0);
+            for (j, v) in frame.iter_mut().enumerate() {
+                *v = if j < width {
+                    offset + scale * rng.random_range(-1.7f32..1.7)
+                } else {
+                    // Other tokens of the frame: large values that would show if read.
+                    1e3 * (fr + 1) as f32
+                };
+            }
+        }
+        let camera_tokens: Vec<f32> = host
+            .chunks_exact(stride)
+            .flat_map(|frame| frame[..width].iter().copied())
+            .collect();
+        dev.stream
+            .memcpy_htod(&host, &mut tokens_dev)
+            .expect("tokens upload");
+        dev.stream
+            .memcpy_htod(&[committed as u32], &mut cache_len_dev)
+            .expect("cache_len upload");
+        let before = (!call.keyframe).then(|| gpu.read_cache(dev).expect("cache read"));
+
+        gpu.forward(
+            dev,
+            gemm,
+            DevPtr::of(&tokens_dev),
+            stride,
+            f,
+            DevPtr::of(&cache_len_dev),
+            call.keyframe,
+            DevPtr::of(&pose_dev),
+        )
+        .expect("gpu forward");
+        let got = dev.stream.clone_dtoh(&pose_dev).expect("pose read");
+        let got = &got[..f * POSE];
+        let want = cpu
+            .forward(&camera_tokens, f, &mut cpu_cache, call.keyframe, None)
+            .expect("cpu forward");
+
+        if let Some(before) = before {
+            let after = gpu.read_cache(dev).expect("cache read");
+            assert!(
+                cache_equal(&before, &after),
+                "{label} call {i}: a non-keyframe changed the camera cache"
+            );
+        }
+        let e = compare(got, &want);
+        eprintln!(
+            "{label} call {i}: {f} frame(s), keyframe {}, cached {committed}, splits {}: \
+             rel {:.3e}, max abs {:.3e} (ref frame 0: {:?})",
+            call.keyframe,
+            gpu.attention_splits(),
+            e.rel,
+            e.max_abs,
+            &want[..POSE]
+        );
+        if e.rel > TOLERANCE {
+            eprintln!("  gpu frame 0: {:?}", &got[..POSE]);
+        }
+        worst = worst.max(e.rel);
+        if call.keyframe {
+            committed += f;
+        }
+        assert_eq!(cpu_cache.frames(), committed);
+    }
+    worst
+}
+
+#[test]
+fn camera_head_matches_cpu_tiny() {
+    let Some(dev) = device() else { return };
+    let cfg = ModelConfig::tiny();
+    let width = cfg.head_input_dim();
+    let cpu = random_camera_head(&cfg, 7);
+    let mut gemm = Gemm::new(&dev).expect("gemm");
+
+    // The brief's sequence: 3 scale frames, 4 streaming frames; the cache fits exactly.
+    let calls = schedule(3, 4);
+    let mut gpu = GpuCameraHead::upload(&dev, &cpu, 3, 5).expect("upload");
+    let default_splits = gpu.attention_splits();
+    let mut worst = 0.0f64;
+    for splits in [default_splits, 1, 5, 64] {
+        gpu.set_attention_splits(splits);
+        // A new session on the same head: cache_len starts at 0 again (stale slots are ignored).
+        let label = format!("tiny/splits {splits}");
+        worst = worst.max(run_sequence(
+            &dev, &mut gemm, &cpu, &mut gpu, width, &calls, 11, &label,
+        ));
+    }
+
+    // A longer session: 16 scale frames and 120 streaming frames (60 keyframes), so the
+    // attention runs over ~76 keys with several rounds per split.
+    let calls = schedule(16, 120);
+    let mut gpu = GpuCameraHead::upload(&dev, &cpu, 16, 76).expect("upload");
+    for splits in [gpu.attention_splits(), 4] {
+        gpu.set_attention_splits(splits);
+        let label = format!("tiny-long/splits {splits}");
+        worst = worst.max(run_sequence(
+            &dev, &mut gemm, &cpu, &mut gpu, width, &calls, 12, &label,
+        ));
+    }
+    eprintln!("tiny: worst relative error {worst:.3e}");
+    assert!(
+        worst < TOLERANCE,
+        "relative error {worst} above {TOLERANCE}"
+    );
+}
+
+#[test]
+fn camera_head_matches_cpu_full_width() {
+    let Some(dev) = device() else { return };
+    let cfg = ModelConfig::default();
+    let width = cfg.head_input_dim();
+    assert_eq!((width, cfg.cam_heads, cfg.cam_iters), (2048, 16, 4));
+    let cpu = random_camera_head(&cfg, 21);
+    let mut gemm = Gemm::new(&dev).expect("gemm");
+
+    let calls = schedule(3, 4);
+    let mut gpu = GpuCameraHead::upload(&dev, &cpu, 3, 5).expect("upload");
+    let mut worst = 0.0f64;
+    for splits in [gpu.attention_splits(), 3] {
+        gpu.set_attention_splits(splits);
+        let label = format!("full/splits {splits}");
+        worst = worst.max(run_sequence(
+            &dev, &mut gemm, &cpu, &mut gpu, width, &calls, 22, &label,
+        ));
+    }
+    eprintln!(
+        "full: worst relative error {worst:.3e}, cache {} bytes for 5 frames",
+        gpu.cache_bytes()
+    );
+    assert!(
+        worst < TOLERANCE,
+        "relative error {worst} above {TOLERANCE}"
+    );
+    drop(gpu);
+
+    // Time of a streaming call against a long cache (contents irrelevant: zeros).
+    for cached in [0usize, 1_000, 10_000] {
+        let mut gpu = GpuCameraHead::upload(&dev, &cpu, 1, 10_000).expect("upload");
+        let tokens: CudaSlice<f32> = dev.stream.clone_htod(&vec![0.5f32; width]).expect("tokens");
+        let pose: CudaSlice<f32> = dev.stream.alloc_zeros(POSE).expect("pose");
+        let len: CudaSlice<u32> = dev.stream.clone_htod(&[cached as u32]).expect("len");
+        let mut step = || {
+            gpu.forward(
+                &dev,
+                &mut gemm,
+                DevPtr::of(&tokens),
+                width,
+                1,
+                DevPtr::of(&len),
+                false,
+                DevPtr::of(&pose),
+            )
+            .expect("forward")
+        };
+        step();
+        dev.stream.synchronize().expect("sync");
+        let iters = 20;
+        let t = std::time::Instant::now();
+        for _ in 0..iters {
+            step();
+        }
+        dev.stream.synchronize().expect("sync");
+        let ms = t.elapsed().as_secs_f64() * 1e3 / iters as f64;
+        eprintln!(
+            "full width streaming call, {cached} cached frames, {} splits: {ms:.3} ms \
+             (launches not graphed)",
+            gpu.attention_splits()
+        );
+    }
+}
