@@ -27,7 +27,7 @@ use crate::kvcache::{CacheConfig, PageTable, StepKind, StorageDtype};
 pub enum BenchWhat {
     /// One global-attention layer, paged vs dense, at the performance.md shapes.
     Attention,
-    /// The whole model per frame (not implemented yet).
+    /// The whole model on the GPU, frame by frame (random weights, synthetic images).
     E2e,
 }
 
@@ -68,14 +68,50 @@ pub struct BenchArgs {
     /// GPU ordinal.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// e2e: random weights of this preset (full or tiny).
+    #[arg(long, default_value = "full")]
+    pub random_weights: String,
+    /// e2e: input size as WIDTHxHEIGHT (multiples of 14).
+    #[arg(long, default_value = "518x378")]
+    pub resolution: String,
+    /// e2e: streaming frames after the scale frames.
+    #[arg(long, default_value_t = 200)]
+    pub frames: usize,
+    /// e2e: attention layout (the GPU model runs paged).
+    #[arg(long, default_value = "paged")]
+    pub attention: String,
+    /// e2e: every k-th streaming frame is a keyframe.
+    #[arg(long, default_value_t = 1)]
+    pub keyframe_interval: usize,
+    /// e2e: run every step eagerly instead of replaying CUDA graphs.
+    #[arg(long)]
+    pub no_graphs: bool,
+    /// e2e: frames run eagerly after the timed run to time each stage.
+    #[arg(long, default_value_t = 10)]
+    pub profile_frames: usize,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         BenchWhat::Attention => attention(&args),
-        BenchWhat::E2e => bail!(
-            "`streamrecon bench e2e` is not implemented: the end-to-end benchmark arrives with the full model on the GPU. Nothing was timed."
-        ),
+        BenchWhat::E2e => {
+            let kernel = match args.kernel.as_str() {
+                "auto" => None,
+                name => Some(parse_kernel_name(name)?),
+            };
+            super::bench_e2e::run(&super::bench_e2e::E2eArgs {
+                preset: args.random_weights.clone(),
+                resolution: args.resolution.clone(),
+                frames: args.frames,
+                attention: args.attention.clone(),
+                keyframe_interval: args.keyframe_interval,
+                graphs: !args.no_graphs,
+                kernel,
+                profile_frames: args.profile_frames,
+                json: args.json.clone(),
+                device: args.device,
+            })
+        }
     }
 }
 
@@ -602,4 +638,16 @@ fn print_table(r: &Report) {
             line.join(", ")
         );
     }
+}
+
+/// `--kernel` for `bench e2e` (the attention kernel of every layer).
+fn parse_kernel_name(name: &str) -> anyhow::Result<AttentionKernel> {
+    Ok(match name {
+        "mma" => AttentionKernel::MmaSync,
+        "wgmma" => AttentionKernel::WgmmaWide,
+        "ws" => AttentionKernel::WgmmaWs,
+        "ws-serial" => AttentionKernel::WgmmaWsSerial,
+        "ws-free" => AttentionKernel::WgmmaWsFree,
+        other => bail!("unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free)"),
+    })
 }
