@@ -1,0 +1,608 @@
+//! The DPT head on the GPU against the CPU f32 model on random weights and inputs: each conv
+//! building block (3x3 s1/s2, 1x1, k4s4/k2s2 transposed), bilinear resize, LayerNorm and adds;
+//! the whole head at the gct-tiny configuration and with the released checkpoint's channel widths
+//! on a small patch grid; and the point compactor against `unproject_to_world` + `filter_points`
+//! (same count, same order). Skips with a printed reason where there is no GPU (CI).
+
+use half::bf16;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand_distr::{Distribution, Normal};
+use streamrecon::backend::cuda::CudaDevice;
+use streamrecon::backend::cuda::arena::DevPtr;
+use streamrecon::backend::cuda::conv::{self, DeviceConv, DeviceConvTranspose, Nhwc};
+use streamrecon::backend::cuda::gemm::Gemm;
+use streamrecon::gpu_model::dpt_head::GpuDptHead;
+use streamrecon::gpu_model::unproject::PointCompactor;
+use streamrecon::model::ModelConfig;
+use streamrecon::model::config::{POSE_ENC_LEN, SPECIAL_TOKENS};
+use streamrecon::model::dpt_head::DptHead;
+use streamrecon::model::ops::conv::{Conv2d, ConvTransposeUpsample, FeatureMap};
+use streamrecon::model::ops::norm::LayerNorm;
+use streamrecon::model::ops::resize::bilinear_align_corners;
+use streamrecon::model::pose::{decode_pose, unproject_to_world};
+use streamrecon::model::weights::{RawTensor, WeightStore};
+use streamrecon::pipeline::frame::{PointFilter, filter_points};
+
+/// bf16 storage, f32 accumulation: one op.
+const OP_TOLERANCE: f64 = 1e-2;
+/// The whole head (about 30 bf16 roundings deep).
+const HEAD_TOLERANCE: f64 = 2.5e-2;
+
+fn device() -> Option<(CudaDevice, Gemm)> {
+    let dev = match CudaDevice::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return None;
+        }
+    };
+    match Gemm::new(&dev) {
+        Ok(g) => Some((dev, g)),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+fn normal(rng: &mut StdRng, n: usize, std: f32) -> Vec<f32> {
+    let d = Normal::new(0.0f32, std).expect("valid std");
+    (0..n).map(|_| d.sample(rng)).collect()
+}
+
+/// `‖got − want‖ / ‖want‖` and the largest absolute difference.
+fn errors(got: &[f32], want: &[f32]) -> (f64, f64) {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    let (mut num, mut den, mut max) = (0.0f64, 0.0f64, 0.0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        let d = (g as f64 - w as f64).abs();
+        num += d * d;
+        den += (w as f64) * (w as f64);
+        max = max.max(if d.is_nan() { f64::INFINITY } else { d });
+    }
+    ((num / den.max(1e-30)).sqrt(), max)
+}
+
+fn check(what: &str, got: &[f32], want: &[f32], tol: f64) {
+    let (rel, max) = errors(got, want);
+    eprintln!(
+        "{what}: rel {rel:.3e}, max abs {max:.3e} ({} values)",
+        got.len()
+    );
+    assert!(rel < tol, "{what}: relative error {rel:.3e} >= {tol:.1e}");
+}
+
+fn to_hwc(m: &FeatureMap) -> Vec<f32> {
+    let (c, plane) = (m.channels, m.plane());
+    let mut out = vec![0.0; c * plane];
+    for ch in 0..c {
+        for p in 0..plane {
+            out[p * c + ch] = m.data[ch * plane + p];
+        }
+    }
+    out
+}
+
+/// A random map, rounded to bf16 so both sides start from the same values.
+fn random_map(rng: &mut StdRng, c: usize, h: usize, w: usize) -> FeatureMap {
+    let mut m = FeatureMap::zeros(c, h, w);
+    m.data = normal(rng, c * h * w, 1.0)
+        .into_iter()
+        .map(|v| bf16::from_f32(v).to_f32())
+        .collect();
+    m
+}
+
+fn upload_map(dev: &CudaDevice, m: &FeatureMap) -> cudarc::driver::CudaSlice<bf16> {
+    conv::upload_bf16(dev, &to_hwc(m)).expect("upload")
+}
+
+fn alloc(dev: &CudaDevice, n: usize) -> cudarc::driver::CudaSlice<bf16> {
+    dev.stream.alloc_zeros::<bf16>(n.max(8)).expect("alloc")
+}
+
+fn download(dev: &CudaDevice, s: &cudarc::driver::CudaSlice<bf16>, n: usize) -> Vec<f32> {
+    let v = dev.stream.clone_dtoh(s).expect("download");
+    v[..n].iter().map(|x| x.to_f32()).collect()
+}
+
+fn random_conv(
+    rng: &mut StdRng,
+    cin: usize,
+    cout: usize,
+    (k, s, p): (usize, usize, usize),
+    bias: bool,
+) -> Conv2d {
+    Conv2d {
+        weight: normal(rng, cout * cin * k * k, (1.0 / (cin * k * k) as f32).sqrt()),
+        bias: bias.then(|| normal(rng, cout, 0.5)),
+        in_channels: cin,
+        out_channels: cout,
+        kernel: k,
+        stride: s,
+        padding: p,
+    }
+}
+
+#[test]
+fn conv_blocks_match_cpu() {
+    let Some((dev, mut gemm)) = device() else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(1);
+    let (cin, cout, h, w) = (32, 48, 13, 10);
+    for (ksp, bias) in [
+        ((3, 1, 1), true),
+        ((3, 2, 1), true),
+        ((3, 1, 1), false),
+        ((1, 1, 0), true),
+    ] {
+        let c = random_conv(&mut rng, cin, cout, ksp, bias);
+        let x = random_map(&mut rng, cin, h, w);
+        let dc = DeviceConv::upload(&dev, &c).expect("upload conv");
+        let xd = upload_map(&dev, &x);
+        for relu in [false, true] {
+            if relu && ksp.0 == 1 {
+                continue;
+            }
+            let mut xin = x.clone();
+            if relu {
+                xin.data.iter_mut().for_each(|v| *v = v.max(0.0));
+            }
+            let want = c.forward(&xin);
+            // A full column buffer, and one of two output rows (the chunked path).
+            for cols_len in [dc.cols_for(h, w), 2 * dc.cols_per_row(w)] {
+                let cols = alloc(&dev, cols_len);
+                let y = alloc(&dev, want.data.len());
+                let d = dc
+                    .forward(
+                        &dev,
+                        &mut gemm,
+                        DevPtr::of(&xd),
+                        h,
+                        w,
+                        relu,
+                        DevPtr::of(&cols).slice(0, cols_len.max(1)).expect("slice"),
+                        DevPtr::of(&y),
+                    )
+                    .expect("conv forward");
+                assert_eq!((d.h, d.w, d.c), (want.height, want.width, cout));
+                let got = download(&dev, &y, want.data.len());
+                check(
+                    &format!(
+                        "conv k{} s{} bias {bias} relu {relu} cols {cols_len}",
+                        ksp.0, ksp.1
+                    ),
+                    &got,
+                    &to_hwc(&want),
+                    OP_TOLERANCE,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn conv_transpose_matches_cpu() {
+    let Some((dev, mut gemm)) = device() else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(2);
+    let (cin, cout, h, w) = (16, 24, 5, 7);
+    for k in [4, 2] {
+        let t = ConvTransposeUpsample {
+            weight: normal(&mut rng, cin * cout * k * k, (1.0 / cin as f32).sqrt()),
+            bias: normal(&mut rng, cout, 0.5),
+            in_channels: cin,
+            out_channels: cout,
+            kernel: k,
+        };
+        let x = random_map(&mut rng, cin, h, w);
+        let want = t.forward(&x);
+        let dt = DeviceConvTranspose::upload(&dev, &t).expect("upload");
+        let xd = upload_map(&dev, &x);
+        let tmp = alloc(&dev, dt.tmp_for(h, w));
+        let y = alloc(&dev, want.data.len());
+        let d = dt
+            .forward(
+                &dev,
+                &mut gemm,
+                DevPtr::of(&xd),
+                h,
+                w,
+                DevPtr::of(&tmp),
+                DevPtr::of(&y),
+            )
+            .expect("forward");
+        assert_eq!((d.h, d.w, d.c), (h * k, w * k, cout));
+        let got = download(&dev, &y, want.data.len());
+        check(
+            &format!("conv-transpose k{k}s{k}"),
+            &got,
+            &to_hwc(&want),
+            OP_TOLERANCE,
+        );
+    }
+}
+
+#[test]
+fn bilinear_matches_cpu() {
+    let Some((dev, _gemm)) = device() else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(3);
+    let c = 16;
+    for ((ih, iw), (oh, ow)) in [
+        ((5, 7), (11, 9)),
+        ((7, 5), (20, 28)),
+        ((14, 19), (27, 37)),
+        ((1, 4), (3, 8)),
+        ((6, 6), (6, 6)),
+    ] {
+        let x = random_map(&mut rng, c, ih, iw);
+        let xd = upload_map(&dev, &x);
+        let want = to_hwc(&bilinear_align_corners(&x, oh, ow));
+        let table = normal(&mut rng, oh * ow * c, 0.1);
+        let td = conv::upload_f32(&dev, &table).expect("table");
+        for with_table in [false, true] {
+            let y = alloc(&dev, want.len());
+            conv::bilinear(
+                &dev,
+                DevPtr::of(&xd),
+                Nhwc::new(ih, iw, c),
+                (oh, ow),
+                with_table.then(|| DevPtr::of(&td)),
+                DevPtr::of(&y),
+            )
+            .expect("bilinear");
+            let got = download(&dev, &y, want.len());
+            let want: Vec<f32> = if with_table {
+                want.iter().zip(&table).map(|(a, b)| a + b).collect()
+            } else {
+                want.clone()
+            };
+            check(
+                &format!("bilinear {ih}x{iw} -> {oh}x{ow} table {with_table}"),
+                &got,
+                &want,
+                OP_TOLERANCE,
+            );
+        }
+    }
+}
+
+#[test]
+fn layer_norm_and_adds_match_cpu() {
+    let Some((dev, _gemm)) = device() else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(4);
+    // LayerNorm of rows 6.. of a strided f32 matrix.
+    let (dim, stride, rows) = (2048, 2048 + 64, 23);
+    let total = SPECIAL_TOKENS + rows;
+    let x: Vec<f32> = normal(&mut rng, total * stride, 2.0)
+        .into_iter()
+        .map(|v| v + 0.5)
+        .collect();
+    let ln = LayerNorm {
+        weight: Some(normal(&mut rng, dim, 0.2).iter().map(|v| 1.0 + v).collect()),
+        bias: Some(normal(&mut rng, dim, 0.2)),
+        dim,
+        eps: 1e-5,
+    };
+    let dense: Vec<f32> = (SPECIAL_TOKENS..total)
+        .flat_map(|r| x[r * stride..r * stride + dim].iter().copied())
+        .collect();
+    let want = ln.forward(&dense);
+    let xd = conv::upload_f32(&dev, &x).expect("x");
+    let wd = conv::upload_f32(&dev, ln.weight.as_deref().expect("w")).expect("w");
+    let bd = conv::upload_f32(&dev, ln.bias.as_deref().expect("b")).expect("b");
+    let y = alloc(&dev, rows * dim);
+    conv::layer_norm_rows(
+        &dev,
+        DevPtr::of(&xd),
+        stride,
+        SPECIAL_TOKENS,
+        rows,
+        dim,
+        DevPtr::of(&wd),
+        DevPtr::of(&bd),
+        1e-5,
+        DevPtr::of(&y),
+    )
+    .expect("layer norm");
+    check(
+        "layer norm rows",
+        &download(&dev, &y, rows * dim),
+        &want,
+        OP_TOLERANCE,
+    );
+
+    // out = a + relu(b) + c, in place on a.
+    let n = 8 * 301;
+    let round =
+        |v: Vec<f32>| -> Vec<f32> { v.into_iter().map(|x| bf16::from_f32(x).to_f32()).collect() };
+    let a = round(normal(&mut rng, n, 1.0));
+    let b = round(normal(&mut rng, n, 1.0));
+    let c = round(normal(&mut rng, n, 1.0));
+    let (ad, bd, cd) = (
+        conv::upload_bf16(&dev, &a).expect("a"),
+        conv::upload_bf16(&dev, &b).expect("b"),
+        conv::upload_bf16(&dev, &c).expect("c"),
+    );
+    conv::add(
+        &dev,
+        DevPtr::of(&ad),
+        DevPtr::of(&ad),
+        DevPtr::of(&bd),
+        Some(DevPtr::of(&cd)),
+        n,
+        true,
+    )
+    .expect("add");
+    let want: Vec<f32> = (0..n).map(|i| a[i] + b[i].max(0.0) + c[i]).collect();
+    check(
+        "a + relu(b) + c",
+        &download(&dev, &ad, n),
+        &want,
+        OP_TOLERANCE,
+    );
+    conv::add(
+        &dev,
+        DevPtr::of(&bd),
+        DevPtr::of(&cd),
+        DevPtr::of(&bd),
+        None,
+        n,
+        false,
+    )
+    .expect("add");
+    let want: Vec<f32> = (0..n).map(|i| c[i] + b[i]).collect();
+    check("c + b", &download(&dev, &bd, n), &want, OP_TOLERANCE);
+}
+
+/// A store with every `depth_head.*` parameter of `cfg`: convs ~ N(0, 1/fan_in), biases
+/// ~ N(0, 0.1), the LayerNorm's weight ~ 1 + N(0, 0.1) (non-trivial, unlike `random_store`).
+fn random_head(cfg: &ModelConfig, seed: u64) -> DptHead {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let raw: Vec<RawTensor> = cfg
+        .parameter_shapes()
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("depth_head."))
+        .map(|(name, shape)| {
+            let n: usize = shape.iter().product();
+            let data = if name == "depth_head.norm.weight" {
+                normal(&mut rng, n, 0.1).iter().map(|v| 1.0 + v).collect()
+            } else if name.ends_with(".bias") || shape.len() < 2 {
+                normal(&mut rng, n, 0.1)
+            } else {
+                let fan_in: usize = shape[1..].iter().product();
+                normal(&mut rng, n, (1.0 / fan_in as f32).sqrt())
+            };
+            RawTensor { name, shape, data }
+        })
+        .collect();
+    let mut store = WeightStore::from_raw("random depth head", raw).expect("store");
+    DptHead::load(&mut store, cfg).expect("head loads")
+}
+
+/// The whole head on one frame (the second of two, to exercise the frame offset) vs the CPU.
+fn head_case(cfg: &ModelConfig, height: usize, width: usize, seed: u64) {
+    let Some((dev, mut gemm)) = device() else {
+        return;
+    };
+    let head = random_head(cfg, seed);
+    let mut rng = StdRng::seed_from_u64(seed + 1);
+    let dim = cfg.head_input_dim();
+    let (ph, pw) = (height / cfg.patch, width / cfg.patch);
+    let p = SPECIAL_TOKENS + ph * pw;
+    let frames = 2;
+    // CPU taps: [frames][P][dim]; on the device each row is padded to `stride`.
+    let taps: Vec<Vec<f32>> = (0..4)
+        .map(|_| {
+            normal(&mut rng, frames * p * dim, 1.0)
+                .into_iter()
+                .map(|v| v + 0.3)
+                .collect()
+        })
+        .collect();
+    let raw = head.forward(&taps, frames, height, width);
+    let plane = height * width;
+    let f = 1;
+    let want_depth: Vec<f32> = raw[2 * f * plane..(2 * f + 1) * plane]
+        .iter()
+        .map(|v| v.exp())
+        .collect();
+    let want_conf: Vec<f32> = raw[(2 * f + 1) * plane..(2 * f + 2) * plane]
+        .iter()
+        .map(|v| 1.0 + v.exp())
+        .collect();
+
+    let stride = dim + 32;
+    let tap_bufs: Vec<_> = taps
+        .iter()
+        .map(|t| {
+            let mut padded = vec![f32::NAN; frames * p * stride];
+            for r in 0..frames * p {
+                padded[r * stride..r * stride + dim].copy_from_slice(&t[r * dim..(r + 1) * dim]);
+            }
+            conv::upload_f32(&dev, &padded).expect("tap")
+        })
+        .collect();
+    let tap_ptrs: [DevPtr<f32>; 4] = std::array::from_fn(|i| {
+        let all = DevPtr::of(&tap_bufs[i]);
+        all.slice(f * p * stride, p * stride).expect("frame slice")
+    });
+    let mut gpu = GpuDptHead::upload(&dev, &head, height, width).expect("upload head");
+    assert_eq!(gpu.tokens_per_frame(), p);
+    let depth = dev.stream.alloc_zeros::<f32>(plane).expect("depth");
+    let conf = dev.stream.alloc_zeros::<f32>(plane).expect("conf");
+    // Twice: the second run must not depend on what the first left in the scratch buffers.
+    for run in 0..2 {
+        gpu.forward(
+            &dev,
+            &mut gemm,
+            tap_ptrs,
+            stride,
+            DevPtr::of(&depth),
+            DevPtr::of(&conf),
+        )
+        .expect("head forward");
+        let got_depth = dev.stream.clone_dtoh(&depth).expect("depth");
+        let got_conf = dev.stream.clone_dtoh(&conf).expect("conf");
+        let label = format!("dpt {height}x{width} dim {dim} run {run}");
+        let log_got: Vec<f32> = got_depth.iter().map(|v| v.ln()).collect();
+        let (_, log_max) = errors(&log_got, &raw[2 * f * plane..(2 * f + 1) * plane]);
+        eprintln!("{label}: log-depth max abs error {log_max:.3e}");
+        check(
+            &format!("{label} depth"),
+            &got_depth,
+            &want_depth,
+            HEAD_TOLERANCE,
+        );
+        check(
+            &format!("{label} conf"),
+            &got_conf,
+            &want_conf,
+            HEAD_TOLERANCE,
+        );
+    }
+}
+
+#[test]
+fn dpt_head_tiny_matches_cpu() {
+    head_case(&ModelConfig::tiny(), 70, 98, 10);
+}
+
+#[test]
+fn dpt_head_full_channels_small_grid_matches_cpu() {
+    // The released widths (2048 in, 256 features, [256, 512, 1024, 1024]) on 8x10 patches.
+    head_case(&ModelConfig::default(), 8 * 14, 10 * 14, 20);
+}
+
+struct PointsCase {
+    height: usize,
+    width: usize,
+    stride: u32,
+}
+
+#[test]
+fn point_compactor_matches_filter_points() {
+    let Some((dev, _gemm)) = device() else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(5);
+    let cases = [
+        PointsCase {
+            height: 37,
+            width: 53,
+            stride: 1,
+        },
+        PointsCase {
+            height: 378,
+            width: 518,
+            stride: 10,
+        },
+        PointsCase {
+            height: 378,
+            width: 518,
+            stride: 3,
+        },
+        // More than 1024 tiles: the scan's carry across chunks.
+        PointsCase {
+            height: 1040,
+            width: 1024,
+            stride: 7,
+        },
+    ];
+    for case in cases {
+        let (h, w) = (case.height, case.width);
+        let n = h * w;
+        let depth: Vec<f32> = (0..n)
+            .map(|i| match i % 997 {
+                5 => f32::NAN,
+                6 => f32::INFINITY,
+                _ => rng.random_range(0.2f32..8.0),
+            })
+            .collect();
+        let conf: Vec<f32> = (0..n)
+            .map(|i| {
+                if i % 1009 == 3 {
+                    f32::NAN
+                } else {
+                    rng.random_range(1.0f32..3.0)
+                }
+            })
+            .collect();
+        let rgb: Vec<u8> = (0..3 * n).map(|_| rng.random()).collect();
+        let mut enc = [0.0f32; POSE_ENC_LEN];
+        for v in enc.iter_mut().take(7) {
+            *v = rng.random_range(-1.5f32..1.5);
+        }
+        enc[7] = rng.random_range(0.6f32..1.4);
+        enc[8] = rng.random_range(0.6f32..1.4);
+        let filter = PointFilter {
+            min_confidence: 1.5,
+            stride: case.stride as usize,
+        };
+        let cam = decode_pose(&enc, h, w);
+        let world = unproject_to_world(&depth, h, w, &cam);
+        let want = filter_points(&world, &conf, &rgb, filter);
+
+        let mut compactor = PointCompactor::new(&dev, h, w).expect("compactor");
+        let max = compactor.max_points(case.stride);
+        let dd = conv::upload_f32(&dev, &depth).expect("depth");
+        let cd = conv::upload_f32(&dev, &conf).expect("conf");
+        let ed = conv::upload_f32(&dev, &enc).expect("enc");
+        let rd = dev.stream.clone_htod(&rgb).expect("rgb");
+        let out_xyz = dev.stream.alloc_zeros::<f32>(3 * max).expect("xyz");
+        let out_rgb = dev.stream.alloc_zeros::<u8>(3 * max).expect("rgb out");
+        let out_conf = dev.stream.alloc_zeros::<f32>(max).expect("conf out");
+        let out_count = dev.stream.alloc_zeros::<u32>(1).expect("count");
+        compactor
+            .run(
+                &dev,
+                DevPtr::of(&dd),
+                DevPtr::of(&cd),
+                DevPtr::of(&ed),
+                DevPtr::of(&rd),
+                filter.min_confidence,
+                case.stride,
+                DevPtr::of(&out_xyz),
+                DevPtr::of(&out_rgb),
+                DevPtr::of(&out_conf),
+                DevPtr::of(&out_count),
+            )
+            .expect("compact");
+        let count = dev.stream.clone_dtoh(&out_count).expect("count")[0] as usize;
+        let xyz = dev.stream.clone_dtoh(&out_xyz).expect("xyz");
+        let col = dev.stream.clone_dtoh(&out_rgb).expect("rgb");
+        let cf = dev.stream.clone_dtoh(&out_conf).expect("conf");
+        let mut worst = 0.0f32;
+        for (i, p) in want.xyz.iter().enumerate().take(count) {
+            for a in 0..3 {
+                let (g, e) = (xyz[3 * i + a], p[a]);
+                worst = worst.max((g - e).abs() / e.abs().max(1.0));
+            }
+        }
+        eprintln!(
+            "points {h}x{w} stride {}: gpu {count}, cpu {}, worst xyz rel error {worst:.2e}",
+            case.stride,
+            want.len()
+        );
+        assert_eq!(count, want.len(), "point count");
+        assert!(worst <= 1e-4, "xyz differ by {worst}");
+        for i in 0..count {
+            assert_eq!(
+                [col[3 * i], col[3 * i + 1], col[3 * i + 2]],
+                want.rgb[i],
+                "colour of point {i}"
+            );
+            assert_eq!(
+                cf[i].to_bits(),
+                want.confidence[i].to_bits(),
+                "confidence of point {i}"
+            );
+        }
+    }
+}
