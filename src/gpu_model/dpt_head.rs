@@ -147,7 +147,13 @@ impl GpuDptHead {
     /// buffer for `height × width` input images.
     pub fn upload(dev: &CudaDevice, cpu: &DptHead, height: usize, width: usize) -> Result<Self> {
         let (ph, pw) = (height / cpu.patch.max(1), width / cpu.patch.max(1));
-        if ph == 0 || pw == 0 || cpu.projects.len() != 4 || cpu.refine.len() != 4 {
+        let four = [
+            cpu.projects.len(),
+            cpu.resize.len(),
+            cpu.layer_rn.len(),
+            cpu.refine.len(),
+        ];
+        if ph == 0 || pw == 0 || four != [4; 4] {
             return Err(CudaError::Invalid(format!(
                 "DPT head: {height}x{width} images with patch {} (or a head without 4 taps)",
                 cpu.patch
