@@ -388,9 +388,7 @@ fn random_head(cfg: &ModelConfig, seed: u64) -> DptHead {
 
 /// The whole head on one frame (the second of two, to exercise the frame offset) vs the CPU.
 fn head_case(cfg: &ModelConfig, height: usize, width: usize, seed: u64) {
-    let Some((dev, mut gemm)) = device() else {
-        return;
-    };
+    // The CPU side first: the random head must load even where the GPU part is skipped.
     let head = random_head(cfg, seed);
     let mut rng = StdRng::seed_from_u64(seed + 1);
     let dim = cfg.head_input_dim();
@@ -418,6 +416,9 @@ fn head_case(cfg: &ModelConfig, height: usize, width: usize, seed: u64) {
         .map(|v| 1.0 + v.exp())
         .collect();
 
+    let Some((dev, mut gemm)) = device() else {
+        return;
+    };
     let stride = dim + 32;
     let tap_bufs: Vec<_> = taps
         .iter()
