@@ -273,10 +273,11 @@ fn upload_block(
     })
 }
 
-/// Key splits per (query, head): enough CTAs for about four per SM in streaming (one query),
-/// never more than the keys the cache can hold warrant.
+/// Key splits per (query, head): enough CTAs for about eight per SM in streaming (one query; a
+/// warp keeps one 32-byte K/V load per lane in flight, so it takes many warps to cover the
+/// memory latency), never more than the keys the cache can hold warrant.
 fn default_splits(sm_count: usize, heads: usize, max_keys: usize) -> usize {
-    let wave = (4 * sm_count.max(1)).div_ceil(heads.max(1));
+    let wave = (8 * sm_count.max(1)).div_ceil(heads.max(1));
     max_keys
         .div_ceil(MIN_KEYS_PER_SPLIT)
         .min(wave)
@@ -387,7 +388,7 @@ impl GpuCameraHead {
         {
             return Err(invalid("camera head: trunk blocks differ in shape"));
         }
-        if width % 8 != 0 || width < 2 {
+        if width == 0 || !width.is_multiple_of(8) {
             return Err(invalid(format!(
                 "camera head: width {width} must be a multiple of 8"
             )));
