@@ -250,7 +250,11 @@ impl GpuSession {
         dev.ctx.bind_to_thread()?;
         let cfg = model.cpu.config().clone();
         let p = cfg.patch;
-        if sc.height == 0 || sc.width == 0 || sc.height % p != 0 || sc.width % p != 0 {
+        if sc.height == 0
+            || sc.width == 0
+            || !sc.height.is_multiple_of(p)
+            || !sc.width.is_multiple_of(p)
+        {
             return Err(CudaError::Invalid(format!(
                 "image {}x{} must be a positive multiple of the patch size {p}",
                 sc.width, sc.height
@@ -584,7 +588,7 @@ impl GpuSession {
         committed: u64,
         scale_frames: usize,
         keyframe: bool,
-        mut profile: Option<&mut Vec<(String, f64)>>,
+        profile: Option<&mut Vec<(String, f64)>>,
     ) -> Result<(), CudaError> {
         let dev = Arc::clone(&self.dev);
         let dev = &*dev;
@@ -814,7 +818,7 @@ impl GpuSession {
         }
         mark("points", &mut marks)?;
 
-        if let Some(stages) = profile.as_deref_mut() {
+        if let Some(stages) = profile {
             for pair in marks.windows(2) {
                 let ms = pair[0].1.elapsed_ms(&pair[1].1)? as f64;
                 stages.push((pair[1].0.to_owned(), ms));

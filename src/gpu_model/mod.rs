@@ -7,6 +7,7 @@
 //! - [`engine`]: a stream's session: buffers, page table, phase 1 / phase 2, graphs, outputs.
 //! - [`frame_model`]: the pipeline's `FrameModel` on top of the engine.
 //! - [`camera_head`], [`dpt_head`], [`unproject`]: the heads and the point output.
+//!
 //! See docs/gpu-model.md.
 
 pub mod camera_head;
