@@ -57,13 +57,15 @@ __device__ __forceinline__ float gelu_erf(float x) {
 // LN_PER_THREAD values in registers (cols <= LN_THREADS * LN_PER_THREAD = 2048, checked by the
 // host). Two passes like the CPU code: mean, then the mean of (x - mean)^2 (biased variance).
 // weight / bias may be null (no affine). Output bf16 (out_bf16 != 0) or f32, [rows][cols].
+// x and out may be the same buffer (in place): every value is in registers before the first
+// write, so neither pointer is __restrict__.
 
 #define LN_THREADS 256
 #define LN_PER_THREAD 8
 
 extern "C" __global__ void __launch_bounds__(LN_THREADS)
-layer_norm_rows(const float* __restrict__ x, u32 cols, const float* __restrict__ weight,
-                const float* __restrict__ bias, float eps, void* __restrict__ out, u32 out_bf16) {
+layer_norm_rows(const float* x, u32 cols, const float* __restrict__ weight,
+                const float* __restrict__ bias, float eps, void* out, u32 out_bf16) {
     __shared__ float scratch[32];
     const u64 row = blockIdx.x;
     const float* xr = x + row * cols;
@@ -101,25 +103,77 @@ layer_norm_rows(const float* __restrict__ x, u32 cols, const float* __restrict__
 }
 
 // ---------------------------------------------------------------------------------------------
-// LayerScale residual: resid[r][c] += gamma[c] * y[r][c].
+// LayerScale residual and exact GELU. Each has a scalar kernel and an `_x4` kernel moving four
+// consecutive elements per access (8-byte bf16, 16-byte f32 loads); the host picks `_x4` when
+// the element count (and cols) is a multiple of 4 and the addresses are aligned for it.
 
+__device__ __forceinline__ u32 pack2(u16 lo, u16 hi) { return (u32)lo | ((u32)hi << 16); }
+__device__ __forceinline__ float lo_f32(u32 w) { return bf16_to_f32((u16)(w & 0xffffu)); }
+__device__ __forceinline__ float hi_f32(u32 w) { return bf16_to_f32((u16)(w >> 16)); }
+
+// resid[r][c] += gamma[c] * y[r][c].
 extern "C" __global__ void residual_add_scaled(float* __restrict__ resid, const u16* __restrict__ y,
                                                const float* __restrict__ gamma, u32 cols, u64 n) {
     GRID_STRIDE(i, n) { resid[i] += gamma[i % cols] * bf16_to_f32(y[i]); }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Exact GELU in place on bf16, and the same after adding a bf16 bias per column (one rounding).
+// The same over n4 = n / 4 groups; cols % 4 == 0, so a group never straddles a row.
+extern "C" __global__ void residual_add_scaled_x4(float4* __restrict__ resid, const uint2* __restrict__ y,
+                                                  const float4* __restrict__ gamma, u32 cols, u64 n4) {
+    const u32 cols4 = cols / 4;
+    GRID_STRIDE(i, n4) {
+        float4 r = resid[i];
+        const uint2 w = y[i];
+        const float4 g = gamma[i % cols4];
+        r.x += g.x * lo_f32(w.x);
+        r.y += g.y * hi_f32(w.x);
+        r.z += g.z * lo_f32(w.y);
+        r.w += g.w * hi_f32(w.y);
+        resid[i] = r;
+    }
+}
 
+// Exact GELU in place on bf16.
 extern "C" __global__ void gelu_erf_bf16(u16* __restrict__ x, u64 n) {
     GRID_STRIDE(i, n) { x[i] = f32_to_bf16(gelu_erf(bf16_to_f32(x[i]))); }
 }
 
+__device__ __forceinline__ u32 gelu_word(u32 w) {
+    return pack2(f32_to_bf16(gelu_erf(lo_f32(w))), f32_to_bf16(gelu_erf(hi_f32(w))));
+}
+
+extern "C" __global__ void gelu_erf_bf16_x4(uint2* __restrict__ x, u64 n4) {
+    GRID_STRIDE(i, n4) {
+        uint2 w = x[i];
+        w.x = gelu_word(w.x);
+        w.y = gelu_word(w.y);
+        x[i] = w;
+    }
+}
+
+// x[r][c] = gelu(x[r][c] + bias[c]): the sum in f32, one rounding.
 extern "C" __global__ void add_bias_gelu_erf_bf16(u16* __restrict__ x, const u16* __restrict__ bias,
                                                   u32 cols, u64 n) {
     GRID_STRIDE(i, n) {
         const float v = bf16_to_f32(x[i]) + bf16_to_f32(bias[i % cols]);
         x[i] = f32_to_bf16(gelu_erf(v));
+    }
+}
+
+__device__ __forceinline__ u32 bias_gelu_word(u32 w, u32 b) {
+    return pack2(f32_to_bf16(gelu_erf(lo_f32(w) + lo_f32(b))),
+                 f32_to_bf16(gelu_erf(hi_f32(w) + hi_f32(b))));
+}
+
+extern "C" __global__ void add_bias_gelu_erf_bf16_x4(uint2* __restrict__ x, const uint2* __restrict__ bias,
+                                                     u32 cols, u64 n4) {
+    const u32 cols4 = cols / 4;
+    GRID_STRIDE(i, n4) {
+        uint2 w = x[i];
+        const uint2 b = bias[i % cols4];
+        w.x = bias_gelu_word(w.x, b.x);
+        w.y = bias_gelu_word(w.y, b.y);
+        x[i] = w;
     }
 }
 
@@ -158,13 +212,13 @@ struct Pair {
 __device__ __forceinline__ Pair load_pair(const u16* p) {
     const u32 w = *(const u32*)p;
     Pair r;
-    r.a = bf16_to_f32((u16)(w & 0xffffu));
-    r.b = bf16_to_f32((u16)(w >> 16));
+    r.a = lo_f32(w);
+    r.b = hi_f32(w);
     return r;
 }
 
 __device__ __forceinline__ void store_pair(u16* p, Pair v) {
-    *(u32*)p = (u32)f32_to_bf16(v.a) | ((u32)f32_to_bf16(v.b) << 16);
+    *(u32*)p = pack2(f32_to_bf16(v.a), f32_to_bf16(v.b));
 }
 
 // LayerNorm of one 64-vector spread over a warp (2 values per lane), affine per dim.

@@ -268,50 +268,69 @@ fn layer_norm_matches_cpu() {
 fn residual_add_scaled_matches_cpu() {
     let Some(dev) = device() else { return };
     let mut rng = StdRng::seed_from_u64(2);
-    let (rows, cols) = (2 * TOKENS_PER_FRAME, C);
-    let resid = random(&mut rng, rows * cols, -3.0, 3.0);
-    let y = random_bf16(&mut rng, rows * cols, -2.0, 2.0);
-    let gamma = random(&mut rng, cols, -0.2, 0.2);
-    let mut want = resid.clone();
-    for (i, w) in want.iter_mut().enumerate() {
-        *w += gamma[i % cols] * y[i].to_f32();
+    // Real size (4-wide kernel), then a width that is not a multiple of 4 (scalar kernel).
+    for (rows, cols) in [(2 * TOKENS_PER_FRAME, C), (33, 1002)] {
+        let resid = random(&mut rng, rows * cols, -3.0, 3.0);
+        let y = random_bf16(&mut rng, rows * cols, -2.0, 2.0);
+        let gamma = random(&mut rng, cols, -0.2, 0.2);
+        let mut want = resid.clone();
+        for (i, w) in want.iter_mut().enumerate() {
+            *w += gamma[i % cols] * y[i].to_f32();
+        }
+        let (rd, yd, gd) = (up(&dev, &resid), up(&dev, &y), up(&dev, &gamma));
+        ops::residual_add_scaled(
+            &dev,
+            DevPtr::of(&rd),
+            DevPtr::of(&yd),
+            DevPtr::of(&gd),
+            rows,
+            cols,
+        )
+        .unwrap();
+        check(
+            &format!("residual_add_scaled {rows}x{cols}"),
+            &down(&dev, &rd),
+            &want,
+            F32_TOL,
+        );
     }
-    let (rd, yd, gd) = (up(&dev, &resid), up(&dev, &y), up(&dev, &gamma));
-    ops::residual_add_scaled(
-        &dev,
-        DevPtr::of(&rd),
-        DevPtr::of(&yd),
-        DevPtr::of(&gd),
-        rows,
-        cols,
-    )
-    .unwrap();
-    check("residual_add_scaled", &down(&dev, &rd), &want, F32_TOL);
 }
 
 #[test]
 fn gelu_erf_matches_cpu() {
     let Some(dev) = device() else { return };
     let mut rng = StdRng::seed_from_u64(3);
-    let (rows, cols) = (TOKENS_PER_FRAME, 4 * C);
-    let x = random_bf16(&mut rng, rows * cols, -6.0, 6.0);
-    let mut want = to_f32(&x);
-    gelu_in_place(&mut want);
-    let xd = up(&dev, &x);
-    ops::gelu_erf_inplace(&dev, DevPtr::of(&xd), rows * cols).unwrap();
-    check("gelu_erf_inplace", &down_bf16(&dev, &xd), &want, BF16_TOL);
+    // The MLP hidden layer (4-wide kernels), then odd sizes (scalar kernels).
+    for (rows, cols) in [(TOKENS_PER_FRAME, 4 * C), (7, 1001)] {
+        let x = random_bf16(&mut rng, rows * cols, -6.0, 6.0);
+        let mut want = to_f32(&x);
+        gelu_in_place(&mut want);
+        let xd = up(&dev, &x);
+        ops::gelu_erf_inplace(&dev, DevPtr::of(&xd), rows * cols).unwrap();
+        check(
+            &format!("gelu_erf_inplace {rows}x{cols}"),
+            &down_bf16(&dev, &xd),
+            &want,
+            BF16_TOL,
+        );
 
-    let bias = random_bf16(&mut rng, cols, -1.0, 1.0);
-    let mut want: Vec<f32> = x
-        .iter()
-        .enumerate()
-        .map(|(i, v)| v.to_f32() + bias[i % cols].to_f32())
-        .collect();
-    gelu_in_place(&mut want);
-    let xd = up(&dev, &x);
-    let bd = up(&dev, &bias);
-    ops::add_bias_gelu_erf(&dev, DevPtr::of(&xd), DevPtr::of(&bd), rows, cols).unwrap();
-    check("add_bias_gelu_erf", &down_bf16(&dev, &xd), &want, BF16_TOL);
+        let bias = random_bf16(&mut rng, cols, -1.0, 1.0);
+        let mut want: Vec<f32> = x
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v.to_f32() + bias[i % cols].to_f32())
+            .collect();
+        gelu_in_place(&mut want);
+        let xd = up(&dev, &x);
+        let bd = up(&dev, &bias);
+        ops::add_bias_gelu_erf(&dev, DevPtr::of(&xd), DevPtr::of(&bd), rows, cols).unwrap();
+        check(
+            &format!("add_bias_gelu_erf {rows}x{cols}"),
+            &down_bf16(&dev, &xd),
+            &want,
+            BF16_TOL,
+        );
+    }
 }
 
 /// q, k, v of a `[n][3][heads][64]` projection, as `TransformerBlock::qkv` splits it.

@@ -169,12 +169,23 @@ pub fn residual_add_scaled(
     }
     let (r, ya, g) = (resid.addr(), y.addr(), gamma.addr());
     let cols_u32 = to_u32(cols, "residual_add_scaled cols")?;
-    let n_u64 = n as u64;
-    let f = dev.kernels.get("residual_add_scaled")?;
+    // Four elements per access when rows split into aligned groups of 4.
+    let x4 = cols.is_multiple_of(4)
+        && r.is_multiple_of(16)
+        && g.is_multiple_of(16)
+        && ya.is_multiple_of(8);
+    let (name, units) = if x4 {
+        ("residual_add_scaled_x4", n / 4)
+    } else {
+        ("residual_add_scaled", n)
+    };
+    let units_u64 = units as u64;
+    let f = dev.kernels.get(name)?;
     let mut b = dev.stream.launch_builder(f);
-    b.arg(&r).arg(&ya).arg(&g).arg(&cols_u32).arg(&n_u64);
-    // SAFETY: arguments match residual_add_scaled; lengths checked above.
-    unsafe { b.launch(elementwise_cfg(n)) }?;
+    b.arg(&r).arg(&ya).arg(&g).arg(&cols_u32).arg(&units_u64);
+    // SAFETY: arguments match residual_add_scaled(_x4); lengths checked above, the x4 kernel
+    // only with cols % 4 == 0 (so n % 4 == 0) and 16/8-byte aligned addresses.
+    unsafe { b.launch(elementwise_cfg(units)) }?;
     Ok(())
 }
 
@@ -185,12 +196,19 @@ pub fn gelu_erf_inplace(dev: &CudaDevice, x: DevPtr<bf16>, n: usize) -> Result<(
         return Ok(());
     }
     let a = x.addr();
-    let n_u64 = n as u64;
-    let f = dev.kernels.get("gelu_erf_bf16")?;
+    let x4 = n.is_multiple_of(4) && a.is_multiple_of(8);
+    let (name, units) = if x4 {
+        ("gelu_erf_bf16_x4", n / 4)
+    } else {
+        ("gelu_erf_bf16", n)
+    };
+    let units_u64 = units as u64;
+    let f = dev.kernels.get(name)?;
     let mut b = dev.stream.launch_builder(f);
-    b.arg(&a).arg(&n_u64);
-    // SAFETY: arguments match gelu_erf_bf16; length checked above.
-    unsafe { b.launch(elementwise_cfg(n)) }?;
+    b.arg(&a).arg(&units_u64);
+    // SAFETY: arguments match gelu_erf_bf16(_x4); length checked above, the x4 kernel only with
+    // n % 4 == 0 and an 8-byte aligned address.
+    unsafe { b.launch(elementwise_cfg(units)) }?;
     Ok(())
 }
 
@@ -210,12 +228,19 @@ pub fn add_bias_gelu_erf(
     }
     let (a, ba) = (x.addr(), bias.addr());
     let cols_u32 = to_u32(cols, "add_bias_gelu_erf cols")?;
-    let n_u64 = n as u64;
-    let f = dev.kernels.get("add_bias_gelu_erf_bf16")?;
+    let x4 = cols.is_multiple_of(4) && a.is_multiple_of(8) && ba.is_multiple_of(8);
+    let (name, units) = if x4 {
+        ("add_bias_gelu_erf_bf16_x4", n / 4)
+    } else {
+        ("add_bias_gelu_erf_bf16", n)
+    };
+    let units_u64 = units as u64;
+    let f = dev.kernels.get(name)?;
     let mut b = dev.stream.launch_builder(f);
-    b.arg(&a).arg(&ba).arg(&cols_u32).arg(&n_u64);
-    // SAFETY: arguments match add_bias_gelu_erf_bf16; lengths checked above.
-    unsafe { b.launch(elementwise_cfg(n)) }?;
+    b.arg(&a).arg(&ba).arg(&cols_u32).arg(&units_u64);
+    // SAFETY: arguments match add_bias_gelu_erf_bf16(_x4); lengths checked above, the x4 kernel
+    // only with cols % 4 == 0 and 8-byte aligned addresses.
+    unsafe { b.launch(elementwise_cfg(units)) }?;
     Ok(())
 }
 
