@@ -139,8 +139,10 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
     };
     let scale = cfg.scale_frames;
     let total = scale + args.frames;
+    // Committed frames of the whole run, the profiled frames after it included.
+    let committed_max = total + args.profile_frames;
     // As the reference's profiler: a RoPE table long enough for the whole run.
-    cfg.max_frame_num = cfg.max_frame_num.max(total + 100);
+    cfg.max_frame_num = cfg.max_frame_num.max(committed_max + 100);
     let setup = Instant::now();
     eprintln!("bench e2e: building random {} weights…", args.preset);
     let store = crate::model::weights::random::random_store(&cfg, 0)?;
@@ -151,7 +153,7 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
         .context("bench e2e needs a CUDA GPU")?;
     let mut sc = SessionConfig::new(height, width);
     sc.window = cfg.window;
-    sc.max_frames = total + 1;
+    sc.max_frames = committed_max + 1;
     sc.kernel = args.kernel;
     sc.gelu = GeluMode::Fused;
     sc.graphs = args.graphs;
