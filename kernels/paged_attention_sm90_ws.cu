@@ -31,15 +31,28 @@ typedef unsigned long long u64;
 
 #define HEAD_DIM 64
 #define ROW_CHUNKS 8
-#define WS_BLOCK_N 128
 #define WS_BLOCK_M 128
-#define WS_STAGES 6
 #define WS_THREADS 384
 #define NEG_INF __int_as_float(0xff800000u)
-// Bytes: Q tile, one stage (K and V tiles), barriers after the ring.
+// Variant flags (template parameter FLAGS of ws_body).
+//   WS_REGS   setmaxnreg: the producer warpgroup drops to 40 registers, the consumers rise to 232.
+//   WS_NOINC  the producer never waits for its own copies: each tile's copies arrive on the
+//             stage's `full` mbarrier by themselves (cp.async.mbarrier.arrive.noinc); consumers
+//             fence to the async proxy after the wait.
+//   WS_NOCOPY diagnostic only (wrong results): the producer copies nothing, it only cycles the
+//             barriers, so the time is the consumers' alone.
+#define WS_REGS 1
+#define WS_NOINC 2
+#define WS_NOCOPY 4
+// Bytes of the Q tile (the K/V ring and its barriers follow it).
 #define WS_Q_BYTES (WS_BLOCK_M * HEAD_DIM * 2)
-#define WS_TILE_BYTES (WS_BLOCK_N * HEAD_DIM * 2)
-#define WS_STAGE_BYTES (2 * WS_TILE_BYTES)
+// Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
+template <int BN>
+struct Ws {
+    static constexpr u32 STAGES = BN == 128 ? 6 : 4;
+    static constexpr u32 TILE_BYTES = BN * HEAD_DIM * 2;
+    static constexpr u32 STAGE_BYTES = 2 * TILE_BYTES;
+};
 
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ u32 swz(u32 r, u32 c) { return r * ROW_CHUNKS + (c ^ (r & 7)); }
@@ -58,6 +71,11 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // ---- mbarriers (shared::cta) and named barriers.
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrives on `bar` once all of this thread's earlier cp.async copies have landed (the arrival
+// counts against the barrier's expected count: .noinc).
+__device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
@@ -112,9 +130,10 @@ __device__ __forceinline__ void fence_regs(float* d) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+template <int KC>
 __device__ __forceinline__ void fence_frag(u32 (*p)[4]) {
 #pragma unroll
-    for (int kc = 0; kc < 8; ++kc)
+    for (int kc = 0; kc < KC; ++kc)
 #pragma unroll
         for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(p[kc][i])::"memory");
 }
@@ -145,6 +164,23 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float* d, u64 desc_a, u64 de
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// D[64x192] (+)= A[64x16] * B[16x192], both from shared memory (K-major); scale_d = 0 overwrites.
+__device__ __forceinline__ void wgmma_m64n192k16_ss(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// S tile of BN keys: m64n128k16 or m64n192k16.
+template <int BN>
+__device__ __forceinline__ void wgmma_s(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    if constexpr (BN == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, scale_d);
+    else wgmma_m64n192k16_ss(d, desc_a, desc_b, scale_d);
+}
+
 __device__ __forceinline__ u32 find_page(const u32* __restrict__ cum, u32 n_pages, u32 t) {
     u32 lo = 0, hi = n_pages;
     while (hi - lo > 1) {
@@ -157,12 +193,13 @@ __device__ __forceinline__ u32 find_page(const u32* __restrict__ cum, u32 n_page
 // ---- producer: warpgroup 0 -------------------------------------------------------------------
 // Thread `tid` (0..127) copies chunk column tid & 7 of rows (tid >> 3) + 16 i, i < 8, of every
 // tile, K and V.
+template <int BN, int FLAGS, int LAG>
 __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32 bar_empty,
     const u16* __restrict__ pool, u32 page_size, const u32* __restrict__ indices,
     const u32* __restrict__ cum, u32 n_pages, u32 kv_len, u32 kv_begin, u32 kv_end, u32 n_tiles,
     u32 heads, u32 h) {
     constexpr u32 kRowStep = 128 / ROW_CHUNKS;                // 16
-    constexpr int kLoadRows = WS_BLOCK_N / kRowStep;           // 8
+    constexpr int kLoadRows = BN / kRowStep;           // 8 or 12
     // 32-bit strides: the host checks that a page (K and V) has fewer than 2^32 elements.
     const u32 tok_stride = heads * HEAD_DIM;
     const u32 v_offset = page_size * tok_stride;
@@ -179,14 +216,15 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
     const u16* page_ptr = pool + (u64)__ldg(indices + p) * page_stride + h * HEAD_DIM + ld_col * 8;
 
     for (u32 j = 0; j < n_tiles; ++j) {
-        const u32 stage = j % WS_STAGES;
+        const u32 stage = j % Ws<BN>::STAGES;
         // Wait until both consumers released this stage's previous tile (j - STAGES).
-        mbar_wait(bar_empty + stage * 8, ((j / WS_STAGES) & 1) ^ 1);
-        u16* sk = skv + stage * (WS_STAGE_BYTES / 2);
-        u16* sv = sk + WS_TILE_BYTES / 2;
-        const u32 t0 = kv_begin + j * WS_BLOCK_N;
+        mbar_wait(bar_empty + stage * 8, ((j / Ws<BN>::STAGES) & 1) ^ 1);
+        u16* sk = skv + stage * (Ws<BN>::STAGE_BYTES / 2);
+        u16* sv = sk + Ws<BN>::TILE_BYTES / 2;
+        const u32 t0 = kv_begin + j * BN;
 #pragma unroll
         for (int i = 0; i < kLoadRows; ++i) {
+            if (FLAGS & WS_NOCOPY) break;
             const u32 r = ld_row + kRowStep * i;
             const u32 t = t0 + r;
             const bool ok = t < kv_end;
@@ -206,18 +244,23 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
             cp_async_16(smem_addr(sk + off), src, ok);
             cp_async_16(smem_addr(sv + off), ok ? src + v_offset : src, ok);
         }
+        if (FLAGS & WS_NOINC) {
+            mbar_arrive_cp_async(bar_full + stage * 8);
+            continue;
+        }
         cp_async_commit();
-        // Announce tile j - 2 once this thread's copies of it have landed: three tiles of copies
-        // stay in flight per thread.
-        if (j >= 2) {
-            cp_async_wait<2>();
+        // Announce tile j - LAG once this thread's copies of it have landed: LAG + 1 tiles of
+        // copies stay in flight per thread.
+        if (j >= LAG) {
+            cp_async_wait<LAG>();
             fence_proxy_async();
-            mbar_arrive(bar_full + ((j - 2) % WS_STAGES) * 8);
+            mbar_arrive(bar_full + ((j - LAG) % Ws<BN>::STAGES) * 8);
         }
     }
     cp_async_wait<0>();
+    if (FLAGS & WS_NOINC) return;
     fence_proxy_async();
-    for (u32 j = n_tiles > 2 ? n_tiles - 2 : 0; j < n_tiles; ++j) mbar_arrive(bar_full + (j % WS_STAGES) * 8);
+    for (u32 j = n_tiles > LAG ? n_tiles - LAG : 0; j < n_tiles; ++j) mbar_arrive(bar_full + (j % Ws<BN>::STAGES) * 8);
 }
 
 // ---- consumers: online softmax of one S tile -------------------------------------------------
@@ -225,11 +268,13 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
 // s[4 j + 2 hf + e]). Part 1 (S only): mask, new row maxima, s := P in f32, row sums, and the
 // factor corr[hf] by which O must be rescaled. Reductions are trees: with only two consumer warps
 // per SM sub-partition, the dependent-latency chain is what the softmax's time is made of.
+template <int BN>
 __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* row_sum,
     float* corr, u32 lane, u32 t0, u32 kv_end, float scale_log2) {
-    if (t0 + WS_BLOCK_N > kv_end) {
+    constexpr int NJ = BN / 8;
+    if (t0 + BN > kv_end) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
+        for (int j = 0; j < NJ; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const u32 col = j * 8 + (lane & 3) * 2 + (e & 1);
@@ -238,13 +283,13 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
     }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-        float m8[8];
+        float m8[NJ / 2];
 #pragma unroll
-        for (int k = 0; k < 8; ++k)
+        for (int k = 0; k < NJ / 2; ++k)
             m8[k] = fmaxf(fmaxf(s[(2 * k) * 4 + hf * 2], s[(2 * k) * 4 + hf * 2 + 1]),
                           fmaxf(s[(2 * k + 1) * 4 + hf * 2], s[(2 * k + 1) * 4 + hf * 2 + 1]));
 #pragma unroll
-        for (int k = 0; k < 4; ++k) m8[k] = fmaxf(m8[k], m8[k + 4]);
+        for (int k = 4; k < NJ / 2; ++k) m8[k & 3] = fmaxf(m8[k & 3], m8[k]);
         float mx = fmaxf(fmaxf(m8[0], m8[2]), fmaxf(m8[1], m8[3]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -254,7 +299,7 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
         row_max[hf] = m_new;
         float sum4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < NJ; ++j) {
             const float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_new));
             const float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new));
             s[j * 4 + hf * 2] = p0;
@@ -267,6 +312,7 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
 
 // Part 2 (once O += P V of the previous tile has completed): rescale O, pack P to bf16 for the
 // next P V (the m64k16 A-fragment layout: rows g / g + 8, columns 16 kc + 2 (lane & 3) (+ 8)).
+template <int BN>
 __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u32 (*p)[4], const float* corr) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -281,7 +327,7 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
         }
     }
 #pragma unroll
-    for (int kc = 0; kc < 8; ++kc) {
+    for (int kc = 0; kc < BN / 16; ++kc) {
         p[kc][0] = pack_bf16x2(s[(2 * kc) * 4 + 0], s[(2 * kc) * 4 + 1]);
         p[kc][1] = pack_bf16x2(s[(2 * kc) * 4 + 2], s[(2 * kc) * 4 + 3]);
         p[kc][2] = pack_bf16x2(s[(2 * kc + 1) * 4 + 0], s[(2 * kc + 1) * 4 + 1]);
@@ -289,57 +335,13 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
     }
 }
 
-template <bool PINGPONG, bool OVERLAP>
-__device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
-    float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
-    u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
-    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) {
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
-    u16* sq = (u16*)smem;                                     // [128][64], swizzled
-    u16* skv = (u16*)(smem + WS_Q_BYTES);                     // [STAGES][K|V][128][64]
-    const u32 bar_full = smem_addr(smem + WS_Q_BYTES + WS_STAGES * WS_STAGE_BYTES);  // [STAGES]
-    const u32 bar_empty = bar_full + WS_STAGES * 8;                                   // [STAGES]
+// ---- consumer warpgroup c (0 or 1): query rows c * 64 .. c * 64 + 63 of the tile.
+template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS>
+__device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
+    float* __restrict__ part_o, float* __restrict__ part_lse, u32 lq, u32 heads, u32 n_splits,
+    float scale_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
+    u32 warp, u32 q0, u32 split, u32 h, u32 n_tiles, u32 kv_begin, u32 kv_end) {
 
-    const u32 tid = threadIdx.x;
-    const u32 lane = tid & 31;
-    const u32 warp = tid >> 5;
-    const u32 role = warp >> 2;  // 0 producer, 1 and 2 consumers
-    const u32 q0 = blockIdx.x * WS_BLOCK_M;
-    const u32 split = blockIdx.y;
-    const u32 h = blockIdx.z;
-
-    // This split's key tiles (the contract: tiles of this kernel's BLOCK_N, split evenly).
-    const u32 n_pages = __ldg(n_pages_ptr);
-    const u32 kv_len = __ldg(cum + n_pages);
-    const u32 kv_tiles = (kv_len + WS_BLOCK_N - 1) / WS_BLOCK_N;
-    const u32 splits = n_splits > 0 ? n_splits : 1;
-    const u32 tiles_per_split = (kv_tiles + splits - 1) / splits;
-    const u32 tile_begin = split * tiles_per_split;
-    u32 tile_end = tile_begin + tiles_per_split;
-    if (tile_end > kv_tiles) tile_end = kv_tiles;
-    const u32 n_tiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
-    const u32 kv_begin = tile_begin * WS_BLOCK_N;
-    const u32 kv_end = n_tiles > 0 ? (tile_end * WS_BLOCK_N < kv_len ? tile_end * WS_BLOCK_N : kv_len) : kv_begin;
-
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < WS_STAGES; ++s) {
-            mbar_init(bar_full + s * 8, 128);   // every producer thread arrives
-            mbar_init(bar_empty + s * 8, 256);  // every consumer thread arrives
-        }
-    }
-    __syncthreads();  // the only CTA-wide barrier: the roles never meet again
-
-    if (role == 0) {
-        if (n_tiles > 0)
-            ws_producer(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum, n_pages,
-                        kv_len, kv_begin, kv_end, n_tiles, heads, h);
-        return;
-    }
-
-    // ---- consumer warpgroup c: query rows c * 64 .. c * 64 + 63 of the tile.
-    const u32 c = role - 1;
     const u32 ctid = tid & 127;
 #pragma unroll
     for (int i = 0; i < (64 * ROW_CHUNKS) / 128; ++i) {
@@ -356,14 +358,14 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     named_sync(3 + c, 128);  // this warpgroup's Q rows are in shared memory
 
     float o_acc[32];
-    float s[64];
-    u32 p[8][4];
+    float s[BN / 2];
+    u32 p[BN / 16][4];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) s[i] = 0.f;
+    for (int i = 0; i < BN / 2; ++i) s[i] = 0.f;
 #pragma unroll
     for (int i = 0; i < 32; ++i) o_acc[i] = 0.f;
 #pragma unroll
-    for (int kc = 0; kc < 8; ++kc)
+    for (int kc = 0; kc < BN / 16; ++kc)
 #pragma unroll
         for (int i = 0; i < 4; ++i) p[kc][i] = 0u;
     float row_max[2] = {NEG_INF, NEG_INF};
@@ -383,75 +385,77 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 
         // Section 0: S(0) only.
         mbar_wait(bar_full, 0);
+        if (FLAGS & WS_NOINC) fence_proxy_async();
         if (PINGPONG) named_sync(my_turn, 256);
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc)
-            wgmma_m64n128k16_ss(s, smem_desc(sq_wg + kc * 32), smem_desc(skv0 + kc * 32), kc);
+            wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(skv0 + kc * 32), kc);
         wgmma_commit();
         if (PINGPONG) named_arrive(other_turn, 256);
         wgmma_wait<0>();
-        fence_regs<64>(s);
-        ws_softmax_exp(s, row_max, row_sum, corr, lane, kv_begin, kv_end, scale_log2);
-        ws_rescale_pack(s, o_acc, p, corr);
+        fence_regs<BN / 2>(s);
+        ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, kv_begin, kv_end, scale_log2);
+        ws_rescale_pack<BN>(s, o_acc, p, corr);
 
         // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
         // tile j-1. OVERLAP: the exponentials of S(j) run while P(j-1) V(j-1) is still on the
         // tensor cores (they only touch s); O and P wait for it.
         for (u32 j = 1; j < n_tiles; ++j) {
-            const u32 stage = j % WS_STAGES;
-            const u32 prev = (j - 1) % WS_STAGES;
-            const u32 sk = skv0 + stage * WS_STAGE_BYTES;
-            const u32 sv_prev = skv0 + prev * WS_STAGE_BYTES + WS_TILE_BYTES;
-            mbar_wait(bar_full + stage * 8, (j / WS_STAGES) & 1);
+            const u32 stage = j % Ws<BN>::STAGES;
+            const u32 prev = (j - 1) % Ws<BN>::STAGES;
+            const u32 sk = skv0 + stage * Ws<BN>::STAGE_BYTES;
+            const u32 sv_prev = skv0 + prev * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
+            mbar_wait(bar_full + stage * 8, (j / Ws<BN>::STAGES) & 1);
+            if (FLAGS & WS_NOINC) fence_proxy_async();
             if (PINGPONG) named_sync(my_turn, 256);
-            fence_regs<64>(s);
+            fence_regs<BN / 2>(s);
             fence_regs<32>(o_acc);
-            fence_frag(p);
+            fence_frag<BN / 16>(p);
             wgmma_fence();
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc)
-                wgmma_m64n128k16_ss(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
+                wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
             wgmma_commit();
 #pragma unroll
-            for (int kc = 0; kc < 8; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
+            for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
             wgmma_commit();
             if (PINGPONG) named_arrive(other_turn, 256);
-            const u32 t0 = kv_begin + j * WS_BLOCK_N;
+            const u32 t0 = kv_begin + j * BN;
             if (OVERLAP) {
                 wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
-                fence_regs<64>(s);
-                ws_softmax_exp(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
+                fence_regs<BN / 2>(s);
+                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
                 wgmma_wait<0>();
                 fence_regs<32>(o_acc);
-                fence_frag(p);
+                fence_frag<BN / 16>(p);
                 mbar_arrive(bar_empty + prev * 8);
             } else {
                 wgmma_wait<0>();
-                fence_regs<64>(s);
+                fence_regs<BN / 2>(s);
                 fence_regs<32>(o_acc);
-                fence_frag(p);
+                fence_frag<BN / 16>(p);
                 mbar_arrive(bar_empty + prev * 8);
-                ws_softmax_exp(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
+                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
             }
-            ws_rescale_pack(s, o_acc, p, corr);
+            ws_rescale_pack<BN>(s, o_acc, p, corr);
         }
 
         // Last section: O += P(n-1) V(n-1).
         {
-            const u32 last = (n_tiles - 1) % WS_STAGES;
-            const u32 sv_last = skv0 + last * WS_STAGE_BYTES + WS_TILE_BYTES;
+            const u32 last = (n_tiles - 1) % Ws<BN>::STAGES;
+            const u32 sv_last = skv0 + last * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
             if (PINGPONG) named_sync(my_turn, 256);
             fence_regs<32>(o_acc);
-            fence_frag(p);
+            fence_frag<BN / 16>(p);
             wgmma_fence();
 #pragma unroll
-            for (int kc = 0; kc < 8; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
+            for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
             wgmma_commit();
             if (PINGPONG && c == 0) named_arrive(other_turn, 256);
             wgmma_wait<0>();
             fence_regs<32>(o_acc);
-            fence_frag(p);
+            fence_frag<BN / 16>(p);
         }
     }
 
@@ -486,20 +490,89 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     }
 }
 
+template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS, int LAG>
+__device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
+    float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
+    u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
+    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) {
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
+    u16* sq = (u16*)smem;                                     // [128][64], swizzled
+    u16* skv = (u16*)(smem + WS_Q_BYTES);                     // [STAGES][K|V][128][64]
+    const u32 bar_full = smem_addr(smem + WS_Q_BYTES + Ws<BN>::STAGES * Ws<BN>::STAGE_BYTES);  // [STAGES]
+    const u32 bar_empty = bar_full + Ws<BN>::STAGES * 8;                                   // [STAGES]
+
+    const u32 tid = threadIdx.x;
+    const u32 lane = tid & 31;
+    const u32 warp = tid >> 5;
+    const u32 role = warp >> 2;  // 0 producer, 1 and 2 consumers
+    const u32 q0 = blockIdx.x * WS_BLOCK_M;
+    const u32 split = blockIdx.y;
+    const u32 h = blockIdx.z;
+
+    // This split's key tiles (the contract: tiles of this kernel's BLOCK_N, split evenly).
+    const u32 n_pages = __ldg(n_pages_ptr);
+    const u32 kv_len = __ldg(cum + n_pages);
+    const u32 kv_tiles = (kv_len + BN - 1) / BN;
+    const u32 splits = n_splits > 0 ? n_splits : 1;
+    const u32 tiles_per_split = (kv_tiles + splits - 1) / splits;
+    const u32 tile_begin = split * tiles_per_split;
+    u32 tile_end = tile_begin + tiles_per_split;
+    if (tile_end > kv_tiles) tile_end = kv_tiles;
+    const u32 n_tiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
+    const u32 kv_begin = tile_begin * BN;
+    const u32 kv_end = n_tiles > 0 ? (tile_end * BN < kv_len ? tile_end * BN : kv_len) : kv_begin;
+
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < Ws<BN>::STAGES; ++s) {
+            mbar_init(bar_full + s * 8, 128);   // every producer thread arrives
+            mbar_init(bar_empty + s * 8, 256);  // every consumer thread arrives
+        }
+    }
+    __syncthreads();  // the only CTA-wide barrier: the roles never meet again
+
+    // setmaxnreg wants each warpgroup's role as one branch of a single if/else.
+    if (role == 0) {
+        if (FLAGS & WS_REGS) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (n_tiles > 0)
+            ws_producer<BN, FLAGS, LAG>(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum,
+                                    n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
+    } else {
+        if (FLAGS & WS_REGS) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        ws_consumer<BN, PINGPONG, OVERLAP, FLAGS>(q, out, part_o, part_lse, lq, heads, n_splits,
+            scale_log2, sq, skv, bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h,
+            n_tiles, kv_begin, kv_end);
+    }
+}
+
 // Smem: 1024 (alignment slack) + 16 KB Q + STAGES x 32 KB K/V + 2 x STAGES mbarriers.
-#define WS_ENTRY(NAME, PINGPONG, OVERLAP)                                                          \
+#define WS_ENTRY(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG)                                          \
     extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) NAME(                             \
         const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \
         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
         const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
         const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) { \
-        ws_body<PINGPONG, OVERLAP>(q, out, part_o, part_lse, pool, page_size, indices, cum,       \
-                                   n_pages_ptr, lq, heads, n_splits, scale_log2);                 \
+        ws_body<BN, PINGPONG, OVERLAP, FLAGS, LAG>(q, out, part_o, part_lse, pool, page_size,      \
+            indices, cum, n_pages_ptr, lq, heads, n_splits, scale_log2);                          \
     }
 
 // Ping-pong consumers, softmax overlapping the consumer's own P V.
-WS_ENTRY(paged_attention_fwd_sm90_ws, true, true)
+WS_ENTRY(paged_attention_fwd_sm90_ws, 128, true, true, 0, 2)
 // Ping-pong, each section fully serial (wait for both products, then the softmax).
-WS_ENTRY(paged_attention_fwd_sm90_ws_serial, true, false)
+WS_ENTRY(paged_attention_fwd_sm90_ws_serial, 128, true, false, 0, 2)
 // No ping-pong: the two consumers issue whenever ready; softmax overlapping P V.
-WS_ENTRY(paged_attention_fwd_sm90_ws_free, false, true)
+WS_ENTRY(paged_attention_fwd_sm90_ws_free, 128, false, true, 0, 2)
+// The default with setmaxnreg (producer 40 registers, consumers 232).
+WS_ENTRY(paged_attention_fwd_sm90_ws_regs, 128, true, true, WS_REGS, 2)
+// setmaxnreg and a 3-tile copy lag (four tiles of copies in flight per producer thread; with six
+// stages and two held by the consumers, more would put the producer on the consumers' path).
+WS_ENTRY(paged_attention_fwd_sm90_ws_lag3, 128, true, true, WS_REGS, 3)
+// setmaxnreg and copies that arrive on the `full` barrier by themselves (no producer waits).
+WS_ENTRY(paged_attention_fwd_sm90_ws_noinc, 128, true, true, WS_REGS | WS_NOINC, 2)
+// 192-key tiles (four stages), setmaxnreg, 1-tile lag.
+WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, true, WS_REGS, 1)
+// 192-key tiles, setmaxnreg, copies arriving by themselves.
+WS_ENTRY(paged_attention_fwd_sm90_ws_n192_noinc, 192, true, true, WS_REGS | WS_NOINC, 1)
+// Diagnostic (wrong results): no copies at all; the consumers' time alone.
+WS_ENTRY(paged_attention_fwd_sm90_ws_nocopy, 128, true, true, WS_REGS | WS_NOINC | WS_NOCOPY, 2)

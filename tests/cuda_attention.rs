@@ -193,7 +193,11 @@ fn paged_attention_matches_reference() {
         splits: Some(3),
     });
     // Every kernel the GPU has (the wgmma ones are Hopper-only).
-    for kernel in AttentionKernel::available(&dev) {
+    // Diagnostic variants (wrong results by design) are for timing only.
+    for kernel in AttentionKernel::available(&dev)
+        .into_iter()
+        .filter(|k| k.exact())
+    {
         for (i, case) in cases.iter().enumerate() {
             let err = check(&dev, case, kernel, 100 + i as u64);
             eprintln!(

@@ -312,8 +312,15 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
         "ws" => AttentionKernel::WgmmaWs,
         "ws-serial" => AttentionKernel::WgmmaWsSerial,
         "ws-free" => AttentionKernel::WgmmaWsFree,
+        "ws-regs" => AttentionKernel::WgmmaWsRegs,
+        "ws-lag3" => AttentionKernel::WgmmaWsLag3,
+        "ws-noinc" => AttentionKernel::WgmmaWsNoinc,
+        "ws-n192" => AttentionKernel::WgmmaWsN192,
+        "ws-n192-noinc" => AttentionKernel::WgmmaWsN192Noinc,
         other => {
-            bail!("unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free)")
+            bail!(
+                "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc)"
+            )
         }
     };
     if !kernels.contains(&kernel) {
@@ -648,6 +655,13 @@ fn parse_kernel_name(name: &str) -> anyhow::Result<AttentionKernel> {
         "ws" => AttentionKernel::WgmmaWs,
         "ws-serial" => AttentionKernel::WgmmaWsSerial,
         "ws-free" => AttentionKernel::WgmmaWsFree,
-        other => bail!("unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free)"),
+        "ws-regs" => AttentionKernel::WgmmaWsRegs,
+        "ws-lag3" => AttentionKernel::WgmmaWsLag3,
+        "ws-noinc" => AttentionKernel::WgmmaWsNoinc,
+        "ws-n192" => AttentionKernel::WgmmaWsN192,
+        "ws-n192-noinc" => AttentionKernel::WgmmaWsN192Noinc,
+        other => bail!(
+            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc)"
+        ),
     })
 }

@@ -34,16 +34,43 @@ pub enum AttentionKernel {
     WgmmaWsSerial,
     /// [`Self::WgmmaWs`] without ping-pong: the consumers issue whenever ready (timed beside it).
     WgmmaWsFree,
+    /// [`Self::WgmmaWs`] with `setmaxnreg` (producer 40 registers, consumers 232).
+    WgmmaWsRegs,
+    /// [`Self::WgmmaWsRegs`] with a 3-tile copy lag (four tiles of copies in flight per thread).
+    WgmmaWsLag3,
+    /// [`Self::WgmmaWsRegs`] with copies that arrive on the stage's barrier by themselves.
+    WgmmaWsNoinc,
+    /// 192-key tiles (four stages), `setmaxnreg`, 1-tile copy lag.
+    WgmmaWsN192,
+    /// 192-key tiles, `setmaxnreg`, copies that arrive on the stage's barrier by themselves.
+    WgmmaWsN192Noinc,
+    /// Diagnostic, wrong results: [`Self::WgmmaWsNoinc`] with no copies (the consumers' time).
+    WgmmaWsNocopy,
 }
 
 impl AttentionKernel {
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 11] = [
         Self::MmaSync,
         Self::WgmmaWide,
         Self::WgmmaWs,
         Self::WgmmaWsSerial,
         Self::WgmmaWsFree,
+        Self::WgmmaWsRegs,
+        Self::WgmmaWsLag3,
+        Self::WgmmaWsNoinc,
+        Self::WgmmaWsN192,
+        Self::WgmmaWsN192Noinc,
+        Self::WgmmaWsNocopy,
     ];
+
+    /// False for diagnostic variants that skip work and compute wrong results (timing only).
+    pub fn exact(self) -> bool {
+        !matches!(self, Self::WgmmaWsNocopy)
+    }
+
+    fn warp_specialised(self) -> bool {
+        !matches!(self, Self::MmaSync | Self::WgmmaWide)
+    }
 
     fn entry(self) -> &'static str {
         match self {
@@ -52,6 +79,12 @@ impl AttentionKernel {
             Self::WgmmaWs => "paged_attention_fwd_sm90_ws",
             Self::WgmmaWsSerial => "paged_attention_fwd_sm90_ws_serial",
             Self::WgmmaWsFree => "paged_attention_fwd_sm90_ws_free",
+            Self::WgmmaWsRegs => "paged_attention_fwd_sm90_ws_regs",
+            Self::WgmmaWsLag3 => "paged_attention_fwd_sm90_ws_lag3",
+            Self::WgmmaWsNoinc => "paged_attention_fwd_sm90_ws_noinc",
+            Self::WgmmaWsN192 => "paged_attention_fwd_sm90_ws_n192",
+            Self::WgmmaWsN192Noinc => "paged_attention_fwd_sm90_ws_n192_noinc",
+            Self::WgmmaWsNocopy => "paged_attention_fwd_sm90_ws_nocopy",
         }
     }
 
@@ -64,17 +97,14 @@ impl AttentionKernel {
         match self {
             Self::MmaSync => 128,
             Self::WgmmaWide => 256,
-            Self::WgmmaWs | Self::WgmmaWsSerial | Self::WgmmaWsFree => 384,
+            _ => 384,
         }
     }
 
     /// CTAs resident per SM: the kernels' __launch_bounds__ minimum, which their registers and
     /// shared memory were sized for.
     fn ctas_per_sm(self) -> usize {
-        match self {
-            Self::MmaSync | Self::WgmmaWide => 2,
-            Self::WgmmaWs | Self::WgmmaWsSerial | Self::WgmmaWsFree => 1,
-        }
+        if self.warp_specialised() { 1 } else { 2 }
     }
 
     fn smem_bytes(self) -> u32 {
@@ -85,10 +115,9 @@ impl AttentionKernel {
             // Three stages of 128-key K and V tiles (113 KB: two CTAs fill an SM's 228 KB).
             Self::WgmmaWide => q + 3 * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK,
             // Six stages of 128-key K and V tiles and a full and an empty mbarrier per stage
-            // (209 KB: one CTA per SM).
-            Self::WgmmaWs | Self::WgmmaWsSerial | Self::WgmmaWsFree => {
-                q + WS_STAGES * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK + WS_STAGES * 2 * 8
-            }
+            // (209 KB: one CTA per SM); the 192-key variants' four stages take the same ring
+            // bytes and fewer barriers.
+            _ => q + WS_STAGES * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK + WS_STAGES * 2 * 8,
         };
         bytes as u32
     }
@@ -101,10 +130,11 @@ impl AttentionKernel {
             .collect()
     }
 
-    /// The kernel used by default: the warp-specialised wgmma kernel on Hopper (H200, 72/72:
-    /// 0.73 ms against WgmmaWide's 0.82 in the same run), else mma.sync.
+    /// The kernel used by default: the warp-specialised wgmma kernel with 192-key tiles on Hopper
+    /// (H200, 72/72: 0.717 ms against WgmmaWs's 0.722 and WgmmaWide's 0.818 in the same run),
+    /// else mma.sync.
     pub fn best_for(dev: &CudaDevice) -> Self {
-        [Self::WgmmaWs, Self::WgmmaWide]
+        [Self::WgmmaWsN192, Self::WgmmaWs, Self::WgmmaWide]
             .into_iter()
             .find(|k| dev.kernels.has(k.entry()))
             .unwrap_or(Self::MmaSync)
