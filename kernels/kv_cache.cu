@@ -58,3 +58,38 @@ extern "C" __global__ void kv_gather_dense(const u16* __restrict__ pool, u16* __
         *(uint4*)(dense + dst + dense_v) = *(const uint4*)(pool + src + v_offset);
     }
 }
+
+// The dense baseline inside a captured CUDA graph: like kv_gather_dense, but the page count is read
+// on the device (the grid covers every page the pool can show; blocks past it exit) and the dense
+// buffer has a fixed capacity, so V sits at a fixed offset. Block (0, 0) also writes the one-page
+// table the attention kernel reads: [n_pages = 1, page 0, cum 0, kv_len].
+extern "C" __global__ void kv_gather_dense_fixed(const u16* __restrict__ pool, u16* __restrict__ dense,
+                                                 const u32* __restrict__ indices,
+                                                 const u32* __restrict__ cum,
+                                                 const u32* __restrict__ n_pages_ptr, u32 page_size,
+                                                 u32 heads, u32 capacity, u32* __restrict__ dense_table) {
+    const u32 n_pages = __ldg(n_pages_ptr);
+    const u32 p = blockIdx.y;
+    if (p == 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+        dense_table[0] = 1;
+        dense_table[1] = 0;
+        dense_table[2] = 0;
+        dense_table[3] = cum[n_pages];
+    }
+    if (p >= n_pages) return;
+    const u32 start = cum[p], len = cum[p + 1] - start;
+    if (start + len > capacity) return;  // the host sizes capacity for the longest stream
+    const u32 chunks_per_token = heads * (HEAD_DIM / 8);
+    const u64 tok_stride = (u64)heads * HEAD_DIM;
+    const u64 v_offset = (u64)page_size * tok_stride;
+    const u64 dense_v = (u64)capacity * tok_stride;
+    const u64 page_base = (u64)indices[p] * 2 * v_offset;
+    const u64 total = (u64)len * chunks_per_token;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (u64)gridDim.x * blockDim.x) {
+        u64 src = page_base + i * 8;
+        u64 dst = (u64)start * tok_stride + i * 8;
+        *(uint4*)(dense + dst) = *(const uint4*)(pool + src);
+        *(uint4*)(dense + dst + dense_v) = *(const uint4*)(pool + src + v_offset);
+    }
+}

@@ -247,3 +247,37 @@ fn bad_calls_are_errors_and_leave_the_stream_intact() {
     s.step(&images[..plane], 2..3, true).expect("frame 2");
     assert_eq!(s.committed_frames(), 3);
 }
+
+/// The dense baseline (visible keys concatenated at every layer, then attended) gives what the
+/// paged cache gives: same keys, same order.
+#[test]
+fn dense_baseline_matches_paged() {
+    let Some(dir) = fixture_dir() else { return };
+    let sdir = dir.join("kf2");
+    let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
+    let (shape, images) = read_images(&sdir.join("inputs.safetensors"));
+    let (h, w) = (shape[3], shape[4]);
+    let store = WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
+    let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
+    let Some(gpu) = gpu_model(&cpu) else { return };
+    let mut paged = gpu.start(session_config(h, w, &cfg, true)).expect("session");
+    let mut dense_cfg = session_config(h, w, &cfg, true);
+    dense_cfg.dense = true;
+    let mut dense = gpu.start(dense_cfg).expect("dense session");
+    let plane = 3 * h * w;
+    let scale = cfg.scale_frames as u64;
+    let frames = shape[1] as u64;
+    let mut calls = vec![(0, scale, true)];
+    calls.extend((scale..frames).map(|i| (i, i + 1, (i - scale) % 2 == 0)));
+    for (a, b, key) in calls {
+        let img = &images[a as usize * plane..b as usize * plane];
+        let p = paged.step(img, a..b, key).expect("paged step");
+        let d = dense.step(img, a..b, key).expect("dense step");
+        let e = rel_err(&d.depth, &p.depth);
+        let pose_p: Vec<f32> = p.pose_enc.iter().flatten().copied().collect();
+        let pose_d: Vec<f32> = d.pose_enc.iter().flatten().copied().collect();
+        let ep = rel_err(&pose_d, &pose_p);
+        eprintln!("dense vs paged, frames {a}..{b}: depth {e:.2e}, pose {ep:.2e}, graph {}", d.timing.graph);
+        assert!(e < 1e-3 && ep < 1e-3, "frames {a}..{b}: dense differs from paged");
+    }
+}

@@ -125,12 +125,11 @@ fn synthetic_images(count: usize, height: usize, width: usize) -> Vec<Vec<f32>> 
 }
 
 pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
-    if args.attention != "paged" {
-        bail!(
-            "--attention {}: the GPU model runs the paged cache only; the dense baseline is measured per layer by `bench attention`",
-            args.attention
-        );
-    }
+    let dense = match args.attention.as_str() {
+        "paged" => false,
+        "dense" => true,
+        other => bail!("--attention `{other}`: use paged or dense"),
+    };
     let (width, height) = parse_resolution(&args.resolution)?;
     let mut cfg = match args.preset.as_str() {
         "full" => ModelConfig::default(),
@@ -158,6 +157,7 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
     sc.gelu = GeluMode::Fused;
     sc.graphs = args.graphs;
     sc.download_maps = false;
+    sc.dense = dense;
     let mut session = model.start(sc).map_err(|e| anyhow::anyhow!("{e}"))?;
     let setup_s = setup.elapsed().as_secs_f64();
     let images = synthetic_images(4, height, width);

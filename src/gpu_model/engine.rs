@@ -30,7 +30,9 @@ use crate::model::pose::{Camera, decode_pose};
 
 use super::camera_head::GpuCameraHead;
 use super::dpt_head::GpuDptHead;
-use super::transformer::{AttentionSetup, Attend, BlockScratch, GeluMode, block_forward};
+use super::transformer::{
+    AttentionSetup, Attend, BlockScratch, DenseScratch, GeluMode, block_forward,
+};
 use super::unproject::PointCompactor;
 use super::weights::GpuAggregatorWeights;
 
@@ -68,6 +70,9 @@ pub struct SessionConfig {
     pub download_maps: bool,
     /// Time each stage with CUDA events (eager steps only; graphs are timed whole).
     pub profile_stages: bool,
+    /// The dense baseline: every global layer first concatenates its visible keys into one
+    /// contiguous buffer (as `torch.cat` of per-frame tensors), then attends to it.
+    pub dense: bool,
 }
 
 impl SessionConfig {
@@ -84,6 +89,7 @@ impl SessionConfig {
             point_stride: 10,
             download_maps: true,
             profile_stages: false,
+            dense: false,
         }
     }
 }
@@ -224,6 +230,7 @@ pub struct GpuSession {
     _arena: Arena,
     _dino_pos: cudarc::driver::CudaSlice<f32>,
     bufs: Buffers,
+    dense: Option<DenseScratch>,
     setup: AttentionSetup,
     scale_frames: Option<usize>,
     /// Graphs of the streaming step: [non-keyframe, keyframe], and eager warm-ups done per kind.
@@ -302,7 +309,12 @@ impl GpuSession {
         let dino_pos_host = model.cpu.aggregator.dino.position_table(grid_h, grid_w);
         let dino_pos = dev.stream.clone_htod(&dino_pos_host)?;
 
-        let (arena, bufs) = Self::plan_buffers(&dev, &shape, &cfg, &dino_pos)?;
+        // The dense baseline's buffer holds every key the page table can show.
+        let dense_capacity = sc
+            .dense
+            .then(|| geometry.max_pages * geometry.page_size);
+        let (arena, bufs, dense) =
+            Self::plan_buffers(&dev, &shape, &cfg, &dino_pos, dense_capacity)?;
         let arena_bytes = arena.capacity_bytes();
 
         // Frame-local attention tables: frame f is page f of `tokens` slots.
@@ -338,6 +350,7 @@ impl GpuSession {
             _arena: arena,
             _dino_pos: dino_pos,
             bufs,
+            dense,
             setup,
             scale_frames: None,
             graphs: [None, None],
@@ -351,7 +364,8 @@ impl GpuSession {
         s: &Shape,
         cfg: &ModelConfig,
         dino_pos: &cudarc::driver::CudaSlice<f32>,
-    ) -> Result<(Arena, Buffers), CudaError> {
+        dense_capacity: Option<usize>,
+    ) -> Result<(Arena, Buffers, Option<DenseScratch>), CudaError> {
         let m = s.max_call;
         let c = s.embed;
         let plane = s.plane();
@@ -378,6 +392,10 @@ impl GpuSession {
         plan.add::<u8>(m * plane * 3);
         plan.add::<f32>(m * plane);
         plan.add::<u32>(m);
+        if let Some(cap) = dense_capacity {
+            plan.add::<bf16>(2 * cap * c);
+            plan.add::<u32>(4);
+        }
         let mut arena = Arena::new(dev, plan.bytes())?;
         let bufs = Buffers {
             image: arena.alloc(m * 3 * plane)?,
@@ -401,7 +419,15 @@ impl GpuSession {
             point_conf: arena.alloc(m * plane)?,
             counts: arena.alloc(m)?,
         };
-        Ok((arena, bufs))
+        let dense = match dense_capacity {
+            Some(capacity) => Some(DenseScratch {
+                kv: arena.alloc(2 * capacity * c)?,
+                capacity,
+                table: arena.alloc(4)?,
+            }),
+            None => None,
+        };
+        Ok((arena, bufs, dense))
     }
 
     /// Device memory of the session: (KV pools + table, activation arena, weights of the
@@ -746,6 +772,7 @@ impl GpuSession {
                         grid_w: sh.grid_w,
                         frame_base: rope_frame,
                     },
+                    dense: self.dense,
                 },
                 self.setup,
                 self.sc.gelu,

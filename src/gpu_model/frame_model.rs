@@ -73,14 +73,9 @@ impl FrameModel for GpuFrameModel {
         width: usize,
         options: SessionOptions,
     ) -> Result<Box<dyn ModelSession>, ModelError> {
-        if options.layout != AttentionLayout::Paged {
-            return Err(ModelError::BadInput(
-                "the GPU model runs the paged layout only (the dense baseline is in `bench attention`)"
-                    .into(),
-            ));
-        }
         let mut sc = SessionConfig::new(height, width);
         sc.window = options.window;
+        sc.dense = options.layout == AttentionLayout::Dense;
         let session = self.model.start(sc).map_err(gpu_err)?;
         Ok(Box::new(GpuModelSession {
             session,

@@ -96,7 +96,17 @@ pub enum Attend<'a> {
         cache: &'a DeviceKvCache,
         layer: usize,
         rope: Rope<'a>,
+        /// The dense baseline: the visible keys are first concatenated into this buffer.
+        dense: Option<DenseScratch>,
     },
+}
+
+/// Where the dense baseline concatenates a layer's visible keys.
+#[derive(Debug, Clone, Copy)]
+pub struct DenseScratch {
+    pub kv: DevPtr<bf16>,
+    pub capacity: usize,
+    pub table: DevPtr<u32>,
 }
 
 /// How attention runs in a session.
@@ -210,12 +220,20 @@ pub fn block_forward(
                 )?;
             }
         }
-        Attend::Cache { cache, layer, rope } => {
+        Attend::Cache {
+            cache,
+            layer,
+            rope,
+            dense,
+        } => {
             let k = s.kv.slice(0, n * c)?;
             let v = s.kv.slice(n * c, n * c)?;
             ops::qkv_split_norm_rope(dev, s.qkv, s.q, k, v, n, heads, norm, rope)?;
             cache.write_layer_raw(dev, layer, k, v, n)?;
-            let kv = cache.raw_keys(layer)?;
+            let kv = match dense {
+                Some(d) => cache.gather_dense_raw(dev, layer, d.kv, d.capacity, d.table)?,
+                None => cache.raw_keys(layer)?,
+            };
             paged_attention_raw(
                 dev,
                 setup.kernel,

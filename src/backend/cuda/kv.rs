@@ -460,6 +460,70 @@ impl DeviceKvCache {
         Ok(())
     }
 
+    /// The dense baseline in graph-capturable form: copies `layer`'s visible keys, in attention
+    /// order, into `dense` (`[K|V][capacity][heads][64]`) and writes the one-page table `[1, 0, 0,
+    /// kv_len]` into `dense_table`. Returns the keys to attend to.
+    pub fn gather_dense_raw(
+        &self,
+        dev: &CudaDevice,
+        layer: usize,
+        dense: DevPtr<bf16>,
+        capacity: usize,
+        dense_table: DevPtr<u32>,
+    ) -> Result<super::attention::RawPagedKv, CudaError> {
+        let g = self.geometry;
+        let row = g.heads * g.head_dim;
+        dense.check_len(2 * capacity * row, "dense K/V buffer")?;
+        dense_table.check_len(4, "dense table")?;
+        if self.kv_len as usize > capacity {
+            return Err(CudaError::Invalid(format!(
+                "{} visible keys exceed the dense buffer's {capacity}",
+                self.kv_len
+            )));
+        }
+        let keys = self.raw_keys(layer)?;
+        let f = dev.kernels.get("kv_gather_dense_fixed")?;
+        let chunks_per_page = g.page_size * row / 8;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                chunks_per_page.div_ceil(256).clamp(1, 1024) as u32,
+                g.max_pages as u32,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (pool, d, idx, cum, np, tab) = (
+            keys.pool.addr(),
+            dense.addr(),
+            keys.indices.addr(),
+            keys.cum.addr(),
+            keys.n_pages.addr(),
+            dense_table.addr(),
+        );
+        let (page_size, heads, cap) = (g.page_size as u32, g.heads as u32, capacity as u32);
+        let mut b = dev.stream.launch_builder(f);
+        b.arg(&pool)
+            .arg(&d)
+            .arg(&idx)
+            .arg(&cum)
+            .arg(&np)
+            .arg(&page_size)
+            .arg(&heads)
+            .arg(&cap)
+            .arg(&tab);
+        // SAFETY: arguments match kv_gather_dense_fixed; the buffer holds `capacity` tokens of K
+        // and of V (checked) and the kernel skips pages past it.
+        unsafe { b.launch(cfg) }?;
+        Ok(super::attention::RawPagedKv {
+            pool: dense,
+            page_size: capacity as u32,
+            indices: dense_table.slice(1, 1)?,
+            cum: dense_table.slice(2, 2)?,
+            n_pages: dense_table.slice(0, 1)?,
+        })
+    }
+
     /// Device bytes of the pools and the table.
     pub fn device_bytes(&self) -> usize {
         self.pools.len() * self.geometry.layer_elems() * 2 + self.table.len() * 4
