@@ -77,4 +77,15 @@ impl CudaDevice {
             kernels,
         })
     }
+
+    /// The same GPU, context and kernels with a second stream, for work that may overlap the
+    /// first stream's (order the two with events).
+    pub fn with_new_stream(&self) -> Result<Self, CudaError> {
+        Ok(Self {
+            ctx: self.ctx.clone(),
+            stream: self.ctx.new_stream()?,
+            info: self.info.clone(),
+            kernels: self.kernels.clone(),
+        })
+    }
 }

@@ -155,6 +155,7 @@ pub fn prebuilt(name: &str, arch: u32) -> Option<&'static [u8]> {
 }
 
 /// Loaded kernels by entry-point name.
+#[derive(Clone)]
 pub struct KernelRegistry {
     functions: HashMap<&'static str, CudaFunction>,
     origins: Vec<(&'static str, Origin)>,
