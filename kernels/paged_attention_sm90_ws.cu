@@ -24,6 +24,14 @@
 // and P wait for it). Measured: a quarter of the exponentials on the FMA pipe by a polynomial
 // (FlashAttention-4's trick) was 8 % slower than all on MUFU: the softmax is latency-bound here,
 // not MUFU-bound.
+//
+// Further variants (FLAGS, key tile BN, copy lag; H200, 72/72, median of 30, two benches):
+// setmaxnreg 40/232 (ws_regs) 0.717 ms vs the default's 0.729; 192-key tiles in four stages with
+// setmaxnreg and a 1-tile lag (ws_n192, the host's default) 0.714-0.717; copy lag 3 0.718-0.736;
+// copies arriving on the barrier by themselves (noinc) 0.742-0.746 with 128-key tiles, 0.710-0.715
+// with 192. The consumers alone (ws_nocopy: no copies, wrong results) take 0.693-0.696 ms, so the
+// gather costs ~4 %; the consumers are latency-bound (ncu: issue 50-53 %, MUFU 46-48 %, tensor
+// ~43 % busy; the top stall is the fixed-latency dependency wait in the softmax).
 
 typedef unsigned int u32;
 typedef unsigned short u16;

@@ -131,8 +131,8 @@ impl AttentionKernel {
     }
 
     /// The kernel used by default: the warp-specialised wgmma kernel with 192-key tiles on Hopper
-    /// (H200, 72/72: 0.717 ms against WgmmaWs's 0.722 and WgmmaWide's 0.818 in the same run),
-    /// else mma.sync.
+    /// (H200, two benches in one run, 72/72: 0.717 and 0.714 ms against WgmmaWs's 0.729 and
+    /// WgmmaWide's 0.82; 72/10000: 1.311 and 1.309 against 1.321 and 1.333), else mma.sync.
     pub fn best_for(dev: &CudaDevice) -> Self {
         [Self::WgmmaWsN192, Self::WgmmaWs, Self::WgmmaWide]
             .into_iter()
