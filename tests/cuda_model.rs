@@ -141,9 +141,11 @@ fn fixture_scenario(scenario: &str) {
     let sdir = dir.join(scenario);
     let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
     let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(sdir.join("config.json")).unwrap())
-            .unwrap();
-    let (h, w) = (json["H"].as_u64().unwrap() as usize, json["W"].as_u64().unwrap() as usize);
+        serde_json::from_str(&std::fs::read_to_string(sdir.join("config.json")).unwrap()).unwrap();
+    let (h, w) = (
+        json["H"].as_u64().unwrap() as usize,
+        json["W"].as_u64().unwrap() as usize,
+    );
     let calls: Vec<(u64, u64, bool)> = json["calls"]
         .as_array()
         .unwrap()
@@ -160,15 +162,23 @@ fn fixture_scenario(scenario: &str) {
     let store = WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
     let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
     let Some(gpu) = gpu_model(&cpu) else { return };
-    let mut graphed = gpu.start(session_config(h, w, &cfg, true)).expect("session");
-    let mut eager = gpu.start(session_config(h, w, &cfg, false)).expect("session");
-    let mut state = cpu.new_stream(h, w, AttentionLayout::Paged).expect("stream");
+    let mut graphed = gpu
+        .start(session_config(h, w, &cfg, true))
+        .expect("session");
+    let mut eager = gpu
+        .start(session_config(h, w, &cfg, false))
+        .expect("session");
+    let mut state = cpu
+        .new_stream(h, w, AttentionLayout::Paged)
+        .expect("stream");
     let plane = 3 * h * w;
     let mut worst = 0.0f64;
     let mut replayed = 0;
     for (i, &(a, b, key)) in calls.iter().enumerate() {
         let img = &images[a as usize * plane..b as usize * plane];
-        let c = cpu.step(&mut state, img, a..b, key, None).expect("cpu step");
+        let c = cpu
+            .step(&mut state, img, a..b, key, None)
+            .expect("cpu step");
         let g = graphed.step(img, a..b, key).expect("gpu step");
         let e = eager.step(img, a..b, key).expect("gpu eager step");
         worst = worst.max(compare(&format!("{scenario} call {i}"), &c, &g, img));
@@ -176,13 +186,25 @@ fn fixture_scenario(scenario: &str) {
             replayed += 1;
         }
         // A replayed graph runs the very kernels of an eager step on the same data.
-        assert_eq!(g.pose_enc, e.pose_enc, "{scenario} call {i}: graph != eager (pose)");
-        assert_eq!(g.depth, e.depth, "{scenario} call {i}: graph != eager (depth)");
-        assert_eq!(g.points[0].xyz, e.points[0].xyz, "{scenario} call {i}: graph != eager");
+        assert_eq!(
+            g.pose_enc, e.pose_enc,
+            "{scenario} call {i}: graph != eager (pose)"
+        );
+        assert_eq!(
+            g.depth, e.depth,
+            "{scenario} call {i}: graph != eager (depth)"
+        );
+        assert_eq!(
+            g.points[0].xyz, e.points[0].xyz,
+            "{scenario} call {i}: graph != eager"
+        );
     }
     eprintln!("{scenario}: worst rel err {worst:.2e}, {replayed} graph replays");
     assert!(replayed > 0, "{scenario}: no step replayed a graph");
-    assert!(worst <= TOLERANCE, "{scenario}: worst rel err {worst:.3e} > {TOLERANCE}");
+    assert!(
+        worst <= TOLERANCE,
+        "{scenario}: worst rel err {worst:.3e} > {TOLERANCE}"
+    );
 }
 
 #[test]
@@ -211,18 +233,33 @@ fn full_size_random_weights_match_cpu() {
     let images: Vec<f32> = (0..6 * plane)
         .map(|i| ((i * 2654435761usize) % 1000) as f32 / 1000.0)
         .collect();
-    let mut session = gpu.start(session_config(h, w, &cfg, true)).expect("session");
-    let mut state = cpu.new_stream(h, w, AttentionLayout::Paged).expect("stream");
-    let calls = [(0u64, 2u64, true), (2, 3, true), (3, 4, false), (4, 5, true), (5, 6, true)];
+    let mut session = gpu
+        .start(session_config(h, w, &cfg, true))
+        .expect("session");
+    let mut state = cpu
+        .new_stream(h, w, AttentionLayout::Paged)
+        .expect("stream");
+    let calls = [
+        (0u64, 2u64, true),
+        (2, 3, true),
+        (3, 4, false),
+        (4, 5, true),
+        (5, 6, true),
+    ];
     let mut worst = 0.0f64;
     for (i, &(a, b, key)) in calls.iter().enumerate() {
         let img = &images[a as usize * plane..b as usize * plane];
-        let c = cpu.step(&mut state, img, a..b, key, None).expect("cpu step");
+        let c = cpu
+            .step(&mut state, img, a..b, key, None)
+            .expect("cpu step");
         let g = session.step(img, a..b, key).expect("gpu step");
         worst = worst.max(compare(&format!("full call {i}"), &c, &g, img));
     }
     eprintln!("full size: worst rel err {worst:.2e}");
-    assert!(worst <= TOLERANCE, "full size: worst rel err {worst:.3e} > {TOLERANCE}");
+    assert!(
+        worst <= TOLERANCE,
+        "full size: worst rel err {worst:.3e} > {TOLERANCE}"
+    );
 }
 
 /// Bad input is an error naming what was expected, and leaves the stream usable.
@@ -235,7 +272,9 @@ fn bad_calls_are_errors_and_leave_the_stream_intact() {
     let (h, w) = (42, 56);
     let plane = 3 * h * w;
     assert!(gpu.start(session_config(40, 56, &cfg, true)).is_err());
-    let mut s = gpu.start(session_config(h, w, &cfg, true)).expect("session");
+    let mut s = gpu
+        .start(session_config(h, w, &cfg, true))
+        .expect("session");
     let images = vec![0.5f32; 4 * plane];
     // Non-keyframe first call, wrong length, too many frames.
     assert!(s.step(&images[..plane], 0..1, false).is_err());
@@ -260,7 +299,9 @@ fn dense_baseline_matches_paged() {
     let store = WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
     let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
     let Some(gpu) = gpu_model(&cpu) else { return };
-    let mut paged = gpu.start(session_config(h, w, &cfg, true)).expect("session");
+    let mut paged = gpu
+        .start(session_config(h, w, &cfg, true))
+        .expect("session");
     let mut dense_cfg = session_config(h, w, &cfg, true);
     dense_cfg.dense = true;
     let mut dense = gpu.start(dense_cfg).expect("dense session");
@@ -268,7 +309,7 @@ fn dense_baseline_matches_paged() {
     let scale = cfg.scale_frames as u64;
     let frames = shape[1] as u64;
     let mut calls = vec![(0, scale, true)];
-    calls.extend((scale..frames).map(|i| (i, i + 1, (i - scale) % 2 == 0)));
+    calls.extend((scale..frames).map(|i| (i, i + 1, (i - scale).is_multiple_of(2))));
     for (a, b, key) in calls {
         let img = &images[a as usize * plane..b as usize * plane];
         let p = paged.step(img, a..b, key).expect("paged step");
@@ -277,7 +318,13 @@ fn dense_baseline_matches_paged() {
         let pose_p: Vec<f32> = p.pose_enc.iter().flatten().copied().collect();
         let pose_d: Vec<f32> = d.pose_enc.iter().flatten().copied().collect();
         let ep = rel_err(&pose_d, &pose_p);
-        eprintln!("dense vs paged, frames {a}..{b}: depth {e:.2e}, pose {ep:.2e}, graph {}", d.timing.graph);
-        assert!(e < 1e-3 && ep < 1e-3, "frames {a}..{b}: dense differs from paged");
+        eprintln!(
+            "dense vs paged, frames {a}..{b}: depth {e:.2e}, pose {ep:.2e}, graph {}",
+            d.timing.graph
+        );
+        assert!(
+            e < 1e-3 && ep < 1e-3,
+            "frames {a}..{b}: dense differs from paged"
+        );
     }
 }

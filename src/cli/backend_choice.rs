@@ -27,9 +27,7 @@ pub fn frame_model(model: GctModel, choice: BackendArg) -> anyhow::Result<Arc<dy
     }
     let gpu = crate::backend::probe_cuda()
         .map_err(|why| why.to_string())
-        .and_then(|_| {
-            GpuFrameModel::from_shared(Arc::clone(&model), 0).map_err(|e| e.to_string())
-        });
+        .and_then(|_| GpuFrameModel::from_shared(Arc::clone(&model), 0).map_err(|e| e.to_string()));
     match (gpu, choice) {
         (Ok(g), _) => Ok(Arc::new(g)),
         (Err(why), BackendArg::Cuda) => bail!("--backend cuda: {why}"),

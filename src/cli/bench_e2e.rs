@@ -38,6 +38,7 @@ struct FrameTime {
     wall_ms: f64,
     gpu_ms: f64,
     host_ms: f64,
+    image_upload_ms: f64,
     graph: bool,
     points: usize,
 }
@@ -70,6 +71,7 @@ struct Report {
     p99_wall_ms: f64,
     median_gpu_ms: f64,
     median_host_ms: f64,
+    median_image_upload_ms: f64,
     fps_steady: f64,
     windows: Vec<Window>,
     stages_ms: Vec<(String, f64)>,
@@ -188,6 +190,7 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
             wall_ms: t.wall_ms,
             gpu_ms: t.gpu_ms,
             host_ms: t.host_ms,
+            image_upload_ms: t.image_upload_ms,
             graph: t.graph,
             points: out.points.iter().map(|p| p.xyz.len()).sum(),
         });
@@ -227,6 +230,7 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
     let wall = sorted(steady.iter().map(|f| f.wall_ms));
     let gpu = sorted(steady.iter().map(|f| f.gpu_ms));
     let host = sorted(steady.iter().map(|f| f.host_ms));
+    let image_upload = sorted(steady.iter().map(|f| f.image_upload_ms));
     let windows = [10u32, 50, 90]
         .into_iter()
         .filter(|_| !frames.is_empty())
@@ -264,6 +268,7 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
         p99_wall_ms: percentile(&wall, 0.99),
         median_gpu_ms: percentile(&gpu, 0.5),
         median_host_ms: percentile(&host, 0.5),
+        median_image_upload_ms: percentile(&image_upload, 0.5),
         fps_steady: 1e3 / median_wall,
         windows,
         stages_ms,
@@ -295,10 +300,18 @@ fn print_table(r: &Report) {
     );
     println!("| measure | value |");
     println!("|---|---|");
-    println!("| phase 1 ({} frames) | {:.1} ms |", r.scale_frames, r.phase1_ms);
+    println!(
+        "| phase 1 ({} frames) | {:.1} ms |",
+        r.scale_frames, r.phase1_ms
+    );
     println!(
         "| per frame, median (wall / GPU / host before launch) | {:.2} / {:.2} / {:.3} ms |",
         r.median_wall_ms, r.median_gpu_ms, r.median_host_ms
+    );
+    println!(
+        "| host before launch: plan + page table / image upload | {:.3} / {:.3} ms |",
+        r.median_host_ms - r.median_image_upload_ms,
+        r.median_image_upload_ms
     );
     println!("| per frame, p99 (wall) | {:.2} ms |", r.p99_wall_ms);
     println!("| steady FPS | {:.1} |", r.fps_steady);

@@ -1,9 +1,9 @@
 //! Subcommand implementations. `main.rs` parses; these run. Each returns `anyhow::Result` because
 //! this is the edge of the program where errors become messages for a person.
 
+pub mod backend_choice;
 pub mod bench;
 pub mod bench_e2e;
-pub mod backend_choice;
 pub mod cache_sim;
 pub mod export;
 pub mod parity;

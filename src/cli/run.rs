@@ -20,9 +20,8 @@ use crate::capture::{
 use crate::model::weights::WeightStore;
 use crate::model::{GctModel, ModelConfig};
 use crate::pipeline::{
-    Control, Delivery, FrameModel, FrameResult, KeyframePolicy, KeyframeRule,
-    KeyframeScheduler, OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary,
-    PointFilter,
+    Control, Delivery, FrameModel, FrameResult, KeyframePolicy, KeyframeRule, KeyframeScheduler,
+    OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary, PointFilter,
 };
 use crate::record::{Offer, Recorder, RecorderOptions};
 

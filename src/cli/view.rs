@@ -22,8 +22,8 @@ use crate::capture::{
 use crate::model::weights::WeightStore;
 use crate::model::{GctModel, ModelConfig};
 use crate::pipeline::{
-    Control, Delivery, FrameModel, KeyframePolicy, KeyframeRule, Outputs, Pipeline,
-    PipelineConfig, PipelineEvent, PointFilter,
+    Control, Delivery, FrameModel, KeyframePolicy, KeyframeRule, Outputs, Pipeline, PipelineConfig,
+    PipelineEvent, PointFilter,
 };
 use crate::record::{Recorder, RecorderOptions, RecorderStatus};
 use crate::viewer::demo::{DemoConfig, DemoStream};
@@ -548,7 +548,10 @@ fn load_model(args: &ViewArgs) -> anyhow::Result<(Arc<dyn FrameModel>, Option<St
         None => ModelConfig::default().infer_from_weights(&store)?,
     };
     let model = GctModel::from_store(cfg, store)?;
-    Ok((super::backend_choice::frame_model(model, args.backend)?, None))
+    Ok((
+        super::backend_choice::frame_model(model, args.backend)?,
+        None,
+    ))
 }
 
 /// Loads the model, runs the pipeline and relays between it and the window until either ends.

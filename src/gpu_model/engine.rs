@@ -31,7 +31,7 @@ use crate::model::pose::{Camera, decode_pose};
 use super::camera_head::GpuCameraHead;
 use super::dpt_head::GpuDptHead;
 use super::transformer::{
-    AttentionSetup, Attend, BlockScratch, DenseScratch, GeluMode, block_forward,
+    Attend, AttentionSetup, BlockScratch, DenseScratch, GeluMode, block_forward,
 };
 use super::unproject::PointCompactor;
 use super::weights::GpuAggregatorWeights;
@@ -109,8 +109,10 @@ pub struct StepTiming {
     pub wall_ms: f64,
     /// GPU time between the events around the frame's work.
     pub gpu_ms: f64,
-    /// Host time spent before the launch (plan, uploads).
+    /// Host time spent before the launch (plan, page-table upload, image upload).
     pub host_ms: f64,
+    /// Of which the image upload.
+    pub image_upload_ms: f64,
     /// Whether the step replayed a CUDA graph.
     pub graph: bool,
     /// Per-stage GPU times when profiling an eager step: (stage, ms).
@@ -309,16 +311,15 @@ impl GpuSession {
         let side = dev.with_new_stream()?;
         let side_gemm = Gemm::new(&side)?;
         let rope = RopeTables::new(&dev, cfg.max_frame_num, grid_h, grid_w)?;
-        let camera = GpuCameraHead::upload(&dev, &model.cpu.camera_head, shape.max_call, sc.max_frames)?;
+        let camera =
+            GpuCameraHead::upload(&dev, &model.cpu.camera_head, shape.max_call, sc.max_frames)?;
         let dpt = GpuDptHead::upload(&dev, &model.cpu.depth_head, sc.height, sc.width)?;
         let compactor = PointCompactor::new(&dev, sc.height, sc.width)?;
         let dino_pos_host = model.cpu.aggregator.dino.position_table(grid_h, grid_w);
         let dino_pos = dev.stream.clone_htod(&dino_pos_host)?;
 
         // The dense baseline's buffer holds every key the page table can show.
-        let dense_capacity = sc
-            .dense
-            .then(|| geometry.max_pages * geometry.page_size);
+        let dense_capacity = sc.dense.then(|| geometry.max_pages * geometry.page_size);
         let (arena, bufs, dense) =
             Self::plan_buffers(&dev, &shape, &cfg, &dino_pos, dense_capacity)?;
         let arena_bytes = arena.capacity_bytes();
@@ -332,9 +333,7 @@ impl GpuSession {
         upload_raw(&dev, &tables(shape.dino_tokens), bufs.dino_tables)?;
         upload_raw(&dev, &tables(shape.tokens), bufs.frame_tables)?;
 
-        let kernel = sc
-            .kernel
-            .unwrap_or_else(|| AttentionKernel::best_for(&dev));
+        let kernel = sc.kernel.unwrap_or_else(|| AttentionKernel::best_for(&dev));
         let setup = AttentionSetup {
             kernel,
             sm_count: dev.info.sm_count as usize,
@@ -518,9 +517,7 @@ impl GpuSession {
             ));
         }
         let cfg = self.cpu.config();
-        let scale_frames = *self
-            .scale_frames
-            .get_or_insert(s.min(cfg.scale_frames));
+        let scale_frames = *self.scale_frames.get_or_insert(s.min(cfg.scale_frames));
         let committed = self.table.committed_frames();
         if committed as usize + s > cfg.max_frame_num {
             return Err(CudaError::Invalid(format!(
@@ -551,14 +548,14 @@ impl GpuSession {
             self.kv
                 .set_step_scalars(&[committed as u32, committed as u32])?;
             self.kv.upload_step(&self.dev, &plan)?;
+            let image_clock = Instant::now();
             upload_raw(&self.dev, images, self.bufs.image)?;
+            let image_upload_ms = image_clock.elapsed().as_secs_f64() * 1e3;
             let host_ms = wall.elapsed().as_secs_f64() * 1e3;
             let start = self.event()?;
             // Streaming steps (one frame, the "later frame" token variants) replay a graph.
-            let graphable = self.sc.graphs
-                && s == 1
-                && committed >= 1
-                && committed as usize >= scale_frames;
+            let graphable =
+                self.sc.graphs && s == 1 && committed >= 1 && committed as usize >= scale_frames;
             let kind_ix = usize::from(keyframe);
             let mut stages = Vec::new();
             let graph = if graphable && self.graphs[kind_ix].is_some() {
@@ -568,10 +565,9 @@ impl GpuSession {
                     .stream
                     .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
                 let captured = self.forward(s, committed, scale_frames, keyframe, None);
-                let graph = self
-                    .dev
-                    .stream
-                    .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+                let graph = self.dev.stream.end_capture(
+                    CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+                );
                 captured?;
                 self.graphs[kind_ix] = graph?.map(StepGraph);
                 self.graphs[kind_ix].is_some()
@@ -587,15 +583,16 @@ impl GpuSession {
             let end = self.event()?;
             let out = self.download(s)?;
             let gpu_ms = start.elapsed_ms(&end)? as f64;
-            Ok::<_, CudaError>((out, host_ms, gpu_ms, graph, stages))
+            Ok::<_, CudaError>((out, host_ms, image_upload_ms, gpu_ms, graph, stages))
         })();
         match result {
-            Ok((mut out, host_ms, gpu_ms, graph, stages)) => {
+            Ok((mut out, host_ms, image_upload_ms, gpu_ms, graph, stages)) => {
                 self.table.end_step().map_err(cache_err)?;
                 out.timing = StepTiming {
                     wall_ms: wall.elapsed().as_secs_f64() * 1e3,
                     gpu_ms,
                     host_ms,
+                    image_upload_ms,
                     graph,
                     stages,
                 };
@@ -654,7 +651,8 @@ impl GpuSession {
                 b.image.slice(f * 3 * plane, 3 * plane)?,
                 sh.height,
                 sh.width,
-                b.patches.slice(f * sh.patches * patch_len, sh.patches * patch_len)?,
+                b.patches
+                    .slice(f * sh.patches * patch_len, sh.patches * patch_len)?,
             )?;
         }
         let proj = &w.dino.patch_proj;
@@ -704,8 +702,10 @@ impl GpuSession {
         for f in 0..s {
             ops::layer_norm(
                 dev,
-                b.dino_x
-                    .slice((f * sh.dino_tokens + 1 + DINO_REGISTERS) * c, sh.patches * c)?,
+                b.dino_x.slice(
+                    (f * sh.dino_tokens + 1 + DINO_REGISTERS) * c,
+                    sh.patches * c,
+                )?,
                 sh.patches,
                 c,
                 norm.weight_ptr(),
@@ -723,7 +723,11 @@ impl GpuSession {
             let first = usize::from(global != 0);
             let scale_variant = usize::from(global >= scale_frames);
             let row = b.x.slice(f * sh.tokens * c, SPECIAL_TOKENS * c)?;
-            copy_dtod(dev, DevPtr::of(&w.camera_token).slice(first * c, c)?, row.slice(0, c)?)?;
+            copy_dtod(
+                dev,
+                DevPtr::of(&w.camera_token).slice(first * c, c)?,
+                row.slice(0, c)?,
+            )?;
             copy_dtod(
                 dev,
                 DevPtr::of(&w.register_token).slice(first * 4 * c, 4 * c)?,
@@ -825,9 +829,9 @@ impl GpuSession {
                 .iter()
                 .map(|t| t.slice(f * sh.tokens * 2 * c, sh.tokens * 2 * c))
                 .collect::<Result<_, _>>()?;
-            let frame_taps: [DevPtr<f32>; 4] = frame_taps.try_into().map_err(|_| {
-                CudaError::Invalid("the depth head takes exactly 4 taps".into())
-            })?;
+            let frame_taps: [DevPtr<f32>; 4] = frame_taps
+                .try_into()
+                .map_err(|_| CudaError::Invalid("the depth head takes exactly 4 taps".into()))?;
             self.dpt.forward(
                 dev,
                 &mut self.gemm,
@@ -904,7 +908,11 @@ impl GpuSession {
                 b.point_rgb.slice(f * 3 * plane, 3 * k)?,
                 rgb.as_flattened_mut(),
             )?;
-            download_raw(&self.dev, b.point_conf.slice(f * plane, k)?, &mut confidence)?;
+            download_raw(
+                &self.dev,
+                b.point_conf.slice(f * plane, k)?,
+                &mut confidence,
+            )?;
             points.push(GpuPoints {
                 xyz,
                 rgb,

@@ -8,9 +8,7 @@ use crate::attention::AttentionLayout;
 use crate::backend::cuda::CudaError;
 use crate::model::preprocess::PreprocessConfig;
 use crate::model::{GctModel, ModelError};
-use crate::pipeline::model::{
-    FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions,
-};
+use crate::pipeline::model::{FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions};
 use crate::pipeline::result::{CacheSnapshot, StageTime};
 
 use super::engine::{GpuModel, GpuSession, SessionConfig};

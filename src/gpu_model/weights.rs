@@ -58,7 +58,11 @@ pub struct GpuLayerNorm {
 impl GpuLayerNorm {
     pub fn upload(dev: &CudaDevice, cpu: &LayerNorm) -> Result<Self, CudaError> {
         Ok(Self {
-            weight: cpu.weight.as_ref().map(|w| upload_f32(dev, w)).transpose()?,
+            weight: cpu
+                .weight
+                .as_ref()
+                .map(|w| upload_f32(dev, w))
+                .transpose()?,
             bias: cpu.bias.as_ref().map(|b| upload_f32(dev, b)).transpose()?,
             dim: cpu.dim,
             eps: cpu.eps,
@@ -116,9 +120,7 @@ impl GpuBlockWeights {
 
     /// Device bytes of this block's parameters.
     pub fn bytes(&self) -> usize {
-        let lin = |l: &GpuLinear| {
-            2 * (l.weight.len() + l.bias.as_ref().map_or(0, |b| b.len()))
-        };
+        let lin = |l: &GpuLinear| 2 * (l.weight.len() + l.bias.as_ref().map_or(0, |b| b.len()));
         lin(&self.qkv) + lin(&self.proj) + lin(&self.fc1) + lin(&self.fc2) + 4 * 6 * self.dim
     }
 }

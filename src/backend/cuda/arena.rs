@@ -32,7 +32,13 @@ impl<T> Copy for DevPtr<T> {}
 
 impl<T> std::fmt::Debug for DevPtr<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DevPtr({:#x}, {} x {})", self.addr, self.len, std::any::type_name::<T>())
+        write!(
+            f,
+            "DevPtr({:#x}, {} x {})",
+            self.addr,
+            self.len,
+            std::any::type_name::<T>()
+        )
     }
 }
 

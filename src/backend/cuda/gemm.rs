@@ -333,9 +333,7 @@ impl Gemm {
                 (&ws) as *const usize as *const c_void,
                 mem::size_of::<usize>(),
             )
-            .and_then(|_| {
-                lt::get_matmul_algo_heuristic(self.handle, desc, a, b, c, c, pref)
-            });
+            .and_then(|_| lt::get_matmul_algo_heuristic(self.handle, desc, a, b, c, c, pref));
             let _ = lt::destroy_matmul_pref(pref);
             r
         }
