@@ -93,3 +93,32 @@ extern "C" __global__ void kv_gather_dense_fixed(const u16* __restrict__ pool, u
         *(uint4*)(dense + dst + dense_v) = *(const uint4*)(pool + src + v_offset);
     }
 }
+
+// A step's K and V into their pages, one thread per 16-byte chunk of the step's tokens: each
+// thread finds its token's run among the step's few runs (read on the device). Unlike
+// kv_write_runs, the grid covers only the tokens, not tokens x every run slot of the table.
+extern "C" __global__ void kv_write_tokens(const u16* __restrict__ k, const u16* __restrict__ v,
+                                           u16* __restrict__ pool, const u32* __restrict__ runs,
+                                           const u32* __restrict__ n_runs_ptr, u32 tokens,
+                                           u32 page_size, u32 heads) {
+    const u32 n_runs = __ldg(n_runs_ptr);
+    const u32 chunks_per_token = heads * (HEAD_DIM / 8);
+    const u64 tok_stride = (u64)heads * HEAD_DIM;
+    const u64 v_offset = (u64)page_size * tok_stride;
+    const u64 total = (u64)tokens * chunks_per_token;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (u64)gridDim.x * blockDim.x) {
+        const u32 t = (u32)(i / chunks_per_token);
+        const u32 c = (u32)(i % chunks_per_token);
+        for (u32 r = 0; r < n_runs; ++r) {
+            const u32 src_token = __ldg(runs + 4 * r), len = __ldg(runs + 4 * r + 3);
+            if (t < src_token || t >= src_token + len) continue;
+            const u32 page = __ldg(runs + 4 * r + 1), slot = __ldg(runs + 4 * r + 2);
+            const u64 src = (u64)t * tok_stride + (u64)c * 8;
+            const u64 dst = (u64)page * 2 * v_offset + (u64)(slot + t - src_token) * tok_stride + (u64)c * 8;
+            *(uint4*)(pool + dst) = *(const uint4*)(k + src);
+            *(uint4*)(pool + dst + v_offset) = *(const uint4*)(v + src);
+            break;
+        }
+    }
+}

@@ -383,3 +383,59 @@ extern "C" __global__ void copy_rows_f32(const float* __restrict__ src, u64 src_
 extern "C" __global__ void f32_to_bf16_kernel(const float* __restrict__ src, u16* __restrict__ dst, u64 n) {
     GRID_STRIDE(i, n) { dst[i] = f32_to_bf16(src[i]); }
 }
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm of 1024-wide rows (every transformer block of the model): one warp per row, each lane
+// holding 32 values loaded as 8 float4, reductions by shuffles only. The 256-thread kernel above
+// spends most of its time in its two CTA-wide reductions at this width.
+#define LN1K_COLS 1024
+#define LN1K_ROWS_PER_CTA 4
+extern "C" __global__ void __launch_bounds__(32 * LN1K_ROWS_PER_CTA)
+layer_norm_rows_1024(const float* __restrict__ x, u32 rows, const float* __restrict__ weight,
+                     const float* __restrict__ bias, float eps, void* out, u32 out_bf16) {
+    const u32 lane = threadIdx.x & 31;
+    const u64 row = (u64)blockIdx.x * LN1K_ROWS_PER_CTA + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const float4* xr = (const float4*)(x + row * LN1K_COLS);
+    float4 v[8];
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        v[k] = xr[lane + 32 * k];
+        sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float mean = sum / (float)LN1K_COLS;
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const float a = v[k].x - mean, b = v[k].y - mean, c = v[k].z - mean, d = v[k].w - mean;
+        sq += (a * a + b * b) + (c * c + d * d);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    const float inv = 1.f / sqrtf(sq / (float)LN1K_COLS + eps);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const u32 c0 = 4 * (lane + 32 * k);
+        float y[4] = {(v[k].x - mean) * inv, (v[k].y - mean) * inv, (v[k].z - mean) * inv,
+                      (v[k].w - mean) * inv};
+        if (weight) {
+            const float4 w = *(const float4*)(weight + c0);
+            y[0] *= w.x; y[1] *= w.y; y[2] *= w.z; y[3] *= w.w;
+        }
+        if (bias) {
+            const float4 bb = *(const float4*)(bias + c0);
+            y[0] += bb.x; y[1] += bb.y; y[2] += bb.z; y[3] += bb.w;
+        }
+        if (out_bf16) {
+            uint2 packed;
+            packed.x = (u32)f32_to_bf16(y[0]) | ((u32)f32_to_bf16(y[1]) << 16);
+            packed.y = (u32)f32_to_bf16(y[2]) | ((u32)f32_to_bf16(y[3]) << 16);
+            *(uint2*)((u16*)out + row * LN1K_COLS + c0) = packed;
+        } else {
+            *(float4*)((float*)out + row * LN1K_COLS + c0) = make_float4(y[0], y[1], y[2], y[3]);
+        }
+    }
+}

@@ -120,8 +120,10 @@ impl AttentionSetup {
     /// Key splits for `lq` queries: fill one wave of CTAs (see `choose_splits`).
     fn splits(&self, lq: usize, heads: usize) -> usize {
         let q_tiles = lq.div_ceil(self.kernel.block_m());
-        // Two CTAs per SM for every kernel of this crate.
-        ((self.sm_count * 2) / (q_tiles * heads).max(1)).clamp(1, MAX_SPLITS)
+        // As many splits as still fit one wave: one for the warp-specialised kernels (one CTA
+        // per SM) at 1005 queries x 16 heads, where a second wave would cost more than it gains.
+        let slots = self.sm_count * self.kernel.ctas_per_sm();
+        (slots / (q_tiles * heads).max(1)).clamp(1, MAX_SPLITS)
     }
 }
 

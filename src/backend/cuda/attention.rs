@@ -103,7 +103,7 @@ impl AttentionKernel {
 
     /// CTAs resident per SM: the kernels' __launch_bounds__ minimum, which their registers and
     /// shared memory were sized for.
-    fn ctas_per_sm(self) -> usize {
+    pub fn ctas_per_sm(self) -> usize {
         if self.warp_specialised() { 1 } else { 2 }
     }
 

@@ -433,16 +433,17 @@ impl DeviceKvCache {
         }
         let chunks = (tokens * row / 8).max(1);
         let threads = 256u32;
-        let blocks = chunks.div_ceil(threads as usize).clamp(1, 4096) as u32;
+        let blocks = chunks.div_ceil(threads as usize).clamp(1, 8192) as u32;
         let (page_size, heads) = (g.page_size as u32, g.heads as u32);
-        let f = dev.kernels.get("kv_write_runs")?;
+        let tokens_u32 = tokens as u32;
+        let f = dev.kernels.get("kv_write_tokens")?;
         let table = DevPtr::of(&self.table);
         let runs = table.slice(first_run, 4 * self.run_capacity)?.addr();
         let n_runs = table.slice(1, 1)?.addr();
         let pool = DevPtr::of(self.pool(layer)?).addr();
         let (ka, va) = (k.addr(), v.addr());
         let cfg = LaunchConfig {
-            grid_dim: (blocks, self.run_capacity as u32, 1),
+            grid_dim: (blocks, 1, 1),
             block_dim: (threads, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -452,9 +453,10 @@ impl DeviceKvCache {
             .arg(&pool)
             .arg(&runs)
             .arg(&n_runs)
+            .arg(&tokens_u32)
             .arg(&page_size)
             .arg(&heads);
-        // SAFETY: arguments match kv_write_runs; runs were validated against the pool on upload
+        // SAFETY: arguments match kv_write_tokens; runs were validated against the pool on upload
         // and against `tokens` above.
         unsafe { b.launch(cfg) }?;
         Ok(())

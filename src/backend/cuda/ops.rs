@@ -124,15 +124,40 @@ pub fn layer_norm(
     if rows == 0 {
         return Ok(());
     }
+    let x_addr = x.addr();
+    let w_addr = weight.map_or(0u64, |w| w.addr());
+    let b_addr = bias.map_or(0u64, |b| b.addr());
+    // 1024-wide rows with 16-byte aligned buffers: the warp-per-row kernel.
+    let aligned = [x_addr, w_addr, b_addr, out_addr]
+        .iter()
+        .all(|a| a.is_multiple_of(16));
+    if cols == 1024 && aligned {
+        let rows_u32 = to_u32(rows, "layer_norm rows")?;
+        let cfg = LaunchConfig {
+            grid_dim: (rows_u32.div_ceil(4), 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let f = dev.kernels.get("layer_norm_rows_1024")?;
+        let mut b = dev.stream.launch_builder(f);
+        b.arg(&x_addr)
+            .arg(&rows_u32)
+            .arg(&w_addr)
+            .arg(&b_addr)
+            .arg(&eps)
+            .arg(&out_addr)
+            .arg(&out_bf16);
+        // SAFETY: the arguments match layer_norm_rows_1024; buffers hold rows x 1024 (weight /
+        // bias: 1024) elements (checked) and are 16-byte aligned (checked).
+        unsafe { b.launch(cfg) }?;
+        return Ok(());
+    }
     let cfg = LaunchConfig {
         grid_dim: (to_u32(rows, "layer_norm rows")?, 1, 1),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    let x_addr = x.addr();
     let cols_u32 = cols as u32;
-    let w_addr = weight.map_or(0u64, |w| w.addr());
-    let b_addr = bias.map_or(0u64, |b| b.addr());
     let f = dev.kernels.get("layer_norm_rows")?;
     let mut b = dev.stream.launch_builder(f);
     b.arg(&x_addr)

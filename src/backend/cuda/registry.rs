@@ -52,7 +52,12 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "kv_cache",
         source: include_str!("../../../kernels/kv_cache.cu"),
-        functions: &["kv_write_runs", "kv_gather_dense", "kv_gather_dense_fixed"],
+        functions: &[
+            "kv_write_runs",
+            "kv_write_tokens",
+            "kv_gather_dense",
+            "kv_gather_dense_fixed",
+        ],
         hopper_only: false,
     },
     KernelSource {
@@ -72,6 +77,7 @@ pub const SOURCES: &[KernelSource] = &[
         source: include_str!("../../../kernels/transformer.cu"),
         functions: &[
             "layer_norm_rows",
+            "layer_norm_rows_1024",
             "residual_add_scaled",
             "residual_add_scaled_x4",
             "gelu_erf_bf16",
