@@ -466,6 +466,17 @@ impl GpuSession {
         self.setup.kernel
     }
 
+    /// How points are kept. The values are baked into captured graphs, so a change drops them
+    /// (the next steps capture again).
+    pub fn set_point_filter(&mut self, min_confidence: f32, stride: u32) {
+        if self.sc.min_confidence != min_confidence || self.sc.point_stride != stride {
+            self.sc.min_confidence = min_confidence;
+            self.sc.point_stride = stride.max(1);
+            self.graphs = [None, None];
+            self.warmed = [false, false];
+        }
+    }
+
     /// Graphs on or off, and event timing of each stage (eager steps only).
     pub fn set_mode(&mut self, graphs: bool, profile_stages: bool) {
         self.sc.graphs = graphs;

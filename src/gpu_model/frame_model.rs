@@ -8,8 +8,9 @@ use crate::attention::AttentionLayout;
 use crate::backend::cuda::CudaError;
 use crate::model::preprocess::PreprocessConfig;
 use crate::model::{GctModel, ModelError};
+use crate::pipeline::frame::PointFilter;
 use crate::pipeline::model::{FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions};
-use crate::pipeline::result::{CacheSnapshot, StageTime};
+use crate::pipeline::result::{CacheSnapshot, FramePoints, StageTime};
 
 use super::engine::{GpuModel, GpuSession, SessionConfig};
 
@@ -116,7 +117,22 @@ impl ModelSession for GpuModelSession {
             depth_conf: out.depth_conf,
             cameras: out.cameras,
             stages,
+            points: Some(
+                out.points
+                    .into_iter()
+                    .map(|p| FramePoints {
+                        xyz: p.xyz,
+                        rgb: p.rgb,
+                        confidence: p.confidence,
+                    })
+                    .collect(),
+            ),
         })
+    }
+
+    fn set_point_filter(&mut self, filter: PointFilter) {
+        self.session
+            .set_point_filter(filter.min_confidence, filter.stride.max(1) as u32);
     }
 
     fn committed_frames(&self) -> u64 {

@@ -78,11 +78,19 @@ pub(crate) fn build_results(
         let confidence = step.depth_conf[f * plane..(f + 1) * plane].to_vec();
 
         let clock = Instant::now();
-        let world = unproject_to_world(&depth, h, w, camera);
+        // The backend's own points when it kept them (GPU), else unproject and filter here.
+        let backend_points = step.points.as_ref().and_then(|p| p.get(f)).cloned();
+        let world = match backend_points {
+            Some(_) => Vec::new(),
+            None => unproject_to_world(&depth, h, w, camera),
+        };
         let unprojection_ms = clock.elapsed().as_secs_f64() * 1e3;
 
         let clock = Instant::now();
-        let points = filter_points(&world, &confidence, &input.model_rgb.data, ctx.filter);
+        let points = match backend_points {
+            Some(p) => p,
+            None => filter_points(&world, &confidence, &input.model_rgb.data, ctx.filter),
+        };
         let k = camera.intrinsics;
         let world_from_camera = world_from_camera(camera);
         let mut timings = vec![

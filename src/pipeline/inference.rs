@@ -218,7 +218,10 @@ impl Inference {
         let opened = scheduler.map_err(|e| e.to_string()).and_then(|scheduler| {
             self.model
                 .start_session(height, width, options)
-                .map(|model| (model, scheduler))
+                .map(|mut model| {
+                    model.set_point_filter(self.filter);
+                    (model, scheduler)
+                })
                 .map_err(|e| e.to_string())
         });
         match opened {

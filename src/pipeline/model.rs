@@ -10,7 +10,8 @@ use crate::model::pose::Camera;
 use crate::model::preprocess::PreprocessConfig;
 use crate::model::{GctModel, ModelError, StreamState};
 
-use super::result::{CacheSnapshot, StageTime};
+use super::frame::PointFilter;
+use super::result::{CacheSnapshot, FramePoints, StageTime};
 
 /// What a session is created with. Changing any of these needs a new session (a reset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +47,9 @@ pub struct ModelStep {
     pub cameras: Vec<Camera>,
     /// The call's stages as the backend measures them (for the whole call).
     pub stages: Vec<StageTime>,
+    /// Each frame's kept points when the backend filters them itself (the GPU model does, so
+    /// only they cross to the host); None: the pipeline unprojects and filters the depth maps.
+    pub points: Option<Vec<FramePoints>>,
 }
 
 /// A loaded model of any backend.
@@ -77,6 +81,8 @@ pub trait ModelSession: Send {
     fn cache_snapshot(&self) -> CacheSnapshot;
     /// Occupied and total pages, for progress displays.
     fn cache_occupancy(&self) -> (usize, usize);
+    /// How points are kept, for backends that filter on their own (see [`ModelStep::points`]).
+    fn set_point_filter(&mut self, _filter: PointFilter) {}
 }
 
 /// The CPU model behind the trait.
@@ -184,6 +190,7 @@ impl ModelSession for CpuSession {
             depth_conf: out.depth_conf,
             cameras: out.cameras,
             stages,
+            points: None,
         })
     }
 
