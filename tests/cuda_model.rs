@@ -328,3 +328,75 @@ fn dense_baseline_matches_paged() {
         );
     }
 }
+
+/// The pipeline's view of the GPU model: `FrameModel` sessions hand over the points they kept
+/// with the pipeline's filter, as many as the CPU path keeps from the same frames.
+#[test]
+fn frame_model_session_hands_over_filtered_points() {
+    use streamrecon::gpu_model::frame_model::GpuFrameModel;
+    use streamrecon::pipeline::{CpuFrameModel, FrameModel, SessionOptions};
+    let Some(dir) = fixture_dir() else { return };
+    let sdir = dir.join("kf1");
+    let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
+    let (shape, images) = read_images(&sdir.join("inputs.safetensors"));
+    let (h, w) = (shape[3], shape[4]);
+    let load = || {
+        let store = WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
+        GctModel::from_store(cfg.clone(), store).expect("model")
+    };
+    let gpu = match GpuFrameModel::new(load(), 0) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let cpu = CpuFrameModel::new(load());
+    let options = SessionOptions {
+        layout: AttentionLayout::Paged,
+        window: cfg.window,
+    };
+    let filter = PointFilter {
+        min_confidence: 1.5,
+        stride: 3,
+    };
+    let mut g = gpu.start_session(h, w, options).expect("gpu session");
+    let mut c = cpu.start_session(h, w, options).expect("cpu session");
+    g.set_point_filter(filter);
+    let plane = 3 * h * w;
+    let scale = cfg.scale_frames as u64;
+    let mut calls = vec![(0, scale)];
+    calls.extend((scale..shape[1] as u64).map(|i| (i, i + 1)));
+    for (a, b) in calls {
+        let img = &images[a as usize * plane..b as usize * plane];
+        let gs = g.step(img, a..b, true).expect("gpu step");
+        let cs = c.step(img, a..b, true).expect("cpu step");
+        assert!(
+            cs.points.is_none(),
+            "the CPU model leaves points to the pipeline"
+        );
+        let points = gs.points.expect("the GPU model keeps its own points");
+        assert_eq!(points.len(), (b - a) as usize);
+        for (f, p) in points.iter().enumerate() {
+            let hw = h * w;
+            let world = streamrecon::model::pose::unproject_to_world(
+                &cs.depth[f * hw..(f + 1) * hw],
+                h,
+                w,
+                &cs.cameras[f],
+            );
+            let rgb = vec![0u8; 3 * hw];
+            let kept = filter_points(&world, &cs.depth_conf[f * hw..(f + 1) * hw], &rgb, filter);
+            eprintln!(
+                "frame {}: gpu {} cpu {} points",
+                a as usize + f,
+                p.len(),
+                kept.len()
+            );
+            assert!(
+                (p.len() as f64 - kept.len() as f64).abs() <= (kept.len() as f64 * 0.05).max(3.0)
+            );
+        }
+        assert_eq!(g.committed_frames(), c.committed_frames());
+    }
+}
