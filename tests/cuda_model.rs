@@ -37,6 +37,18 @@ fn fixture_dir() -> Option<PathBuf> {
     }
 }
 
+/// Whether a GPU is here; says why not. Checked before building any model (the full-size one
+/// is 4.6 GB of f32 weights: not worth making on a machine that will skip anyway).
+fn gpu_present() -> bool {
+    match streamrecon::backend::probe_cuda() {
+        Ok(_) => true,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            false
+        }
+    }
+}
+
 fn gpu_model(cpu: &Arc<GctModel>) -> Option<GpuModel> {
     match GpuModel::new(Arc::clone(cpu), 0) {
         Ok(m) => Some(m),
@@ -137,6 +149,9 @@ fn read_images(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
 }
 
 fn fixture_scenario(scenario: &str) {
+    if !gpu_present() {
+        return;
+    }
     let Some(dir) = fixture_dir() else { return };
     let sdir = dir.join(scenario);
     let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
@@ -220,6 +235,9 @@ fn gct_tiny_kf2_matches_cpu() {
 /// Full-size random weights (embed 1024, 24 + 24 + 24 blocks, full heads) at 168×112.
 #[test]
 fn full_size_random_weights_match_cpu() {
+    if !gpu_present() {
+        return;
+    }
     let cfg = ModelConfig {
         scale_frames: 2,
         window: 2,
@@ -265,6 +283,9 @@ fn full_size_random_weights_match_cpu() {
 /// Bad input is an error naming what was expected, and leaves the stream usable.
 #[test]
 fn bad_calls_are_errors_and_leave_the_stream_intact() {
+    if !gpu_present() {
+        return;
+    }
     let cfg = ModelConfig::tiny();
     let store = streamrecon::model::weights::random::random_store(&cfg, 1).expect("weights");
     let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
@@ -291,6 +312,9 @@ fn bad_calls_are_errors_and_leave_the_stream_intact() {
 /// paged cache gives: same keys, same order.
 #[test]
 fn dense_baseline_matches_paged() {
+    if !gpu_present() {
+        return;
+    }
     let Some(dir) = fixture_dir() else { return };
     let sdir = dir.join("kf2");
     let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
@@ -333,6 +357,9 @@ fn dense_baseline_matches_paged() {
 /// with the pipeline's filter, as many as the CPU path keeps from the same frames.
 #[test]
 fn frame_model_session_hands_over_filtered_points() {
+    if !gpu_present() {
+        return;
+    }
     use streamrecon::gpu_model::frame_model::GpuFrameModel;
     use streamrecon::pipeline::{CpuFrameModel, FrameModel, SessionOptions};
     let Some(dir) = fixture_dir() else { return };
