@@ -439,3 +439,65 @@ layer_norm_rows_1024(const float* __restrict__ x, u32 rows, const float* __restr
         }
     }
 }
+
+// LayerScale residual then LayerNorm of the updated rows, in one pass over 1024-wide rows (the
+// block's `x += ls1 * proj(attn)` followed by `LN2(x)`): x is read once and written once, and the
+// normalised row goes out as bf16 for the next GEMM. One warp per row, as layer_norm_rows_1024.
+extern "C" __global__ void __launch_bounds__(32 * LN1K_ROWS_PER_CTA)
+residual_layer_norm_1024(float* __restrict__ x, const u16* __restrict__ y,
+                         const float* __restrict__ gamma, u32 rows,
+                         const float* __restrict__ weight, const float* __restrict__ bias,
+                         float eps, u16* __restrict__ out) {
+    const u32 lane = threadIdx.x & 31;
+    const u64 row = (u64)blockIdx.x * LN1K_ROWS_PER_CTA + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    float4* xr = (float4*)(x + row * LN1K_COLS);
+    const uint2* yr = (const uint2*)(y + row * LN1K_COLS);
+    const float4* g4 = (const float4*)gamma;
+    float4 v[8];
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const u32 q = lane + 32 * k;  // float4 index within the row
+        float4 a = xr[q];
+        const float4 g = g4[q];
+        const uint2 yy = yr[q];
+        a.x += g.x * lo_f32(yy.x);
+        a.y += g.y * hi_f32(yy.x);
+        a.z += g.z * lo_f32(yy.y);
+        a.w += g.w * hi_f32(yy.y);
+        xr[q] = a;
+        v[k] = a;
+        sum += (a.x + a.y) + (a.z + a.w);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float mean = sum / (float)LN1K_COLS;
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const float a = v[k].x - mean, b = v[k].y - mean, c = v[k].z - mean, d = v[k].w - mean;
+        sq += (a * a + b * b) + (c * c + d * d);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    const float inv = 1.f / sqrtf(sq / (float)LN1K_COLS + eps);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const u32 c0 = 4 * (lane + 32 * k);
+        float yv[4] = {(v[k].x - mean) * inv, (v[k].y - mean) * inv, (v[k].z - mean) * inv,
+                       (v[k].w - mean) * inv};
+        if (weight) {
+            const float4 w = *(const float4*)(weight + c0);
+            yv[0] *= w.x; yv[1] *= w.y; yv[2] *= w.z; yv[3] *= w.w;
+        }
+        if (bias) {
+            const float4 bb = *(const float4*)(bias + c0);
+            yv[0] += bb.x; yv[1] += bb.y; yv[2] += bb.z; yv[3] += bb.w;
+        }
+        uint2 packed;
+        packed.x = (u32)f32_to_bf16(yv[0]) | ((u32)f32_to_bf16(yv[1]) << 16);
+        packed.y = (u32)f32_to_bf16(yv[2]) | ((u32)f32_to_bf16(yv[3]) << 16);
+        *(uint2*)(out + row * LN1K_COLS + c0) = packed;
+    }
+}

@@ -711,3 +711,57 @@ fn copies_are_exact() {
     );
     assert_eq!(differ, 0);
 }
+
+#[test]
+fn residual_add_layer_norm_matches_cpu() {
+    let Some(dev) = device() else { return };
+    let mut rng = StdRng::seed_from_u64(9);
+    // The fused 1024-wide kernel, then a width that takes the two-kernel path.
+    for (rows, cols) in [(TOKENS_PER_FRAME, C), (17, 1000)] {
+        let resid = random(&mut rng, rows * cols, -3.0, 3.0);
+        let y = random_bf16(&mut rng, rows * cols, -2.0, 2.0);
+        let gamma = random(&mut rng, cols, -0.2, 0.2);
+        let weight = random(&mut rng, cols, 0.5, 1.5);
+        let bias = random(&mut rng, cols, -0.5, 0.5);
+        let mut want_resid = resid.clone();
+        for (i, w) in want_resid.iter_mut().enumerate() {
+            *w += gamma[i % cols] * y[i].to_f32();
+        }
+        let ln = LayerNorm {
+            weight: Some(weight.clone()),
+            bias: Some(bias.clone()),
+            dim: cols,
+            eps: 1e-5,
+        };
+        let want_out = ln.forward(&want_resid);
+        let (rd, yd, gd) = (up(&dev, &resid), up(&dev, &y), up(&dev, &gamma));
+        let (wd, bd) = (up(&dev, &weight), up(&dev, &bias));
+        let out = dev.stream.alloc_zeros::<bf16>(rows * cols).unwrap();
+        ops::residual_add_layer_norm(
+            &dev,
+            DevPtr::of(&rd),
+            DevPtr::of(&yd),
+            DevPtr::of(&gd),
+            rows,
+            cols,
+            Some(DevPtr::of(&wd)),
+            Some(DevPtr::of(&bd)),
+            1e-5,
+            DevPtr::of(&out),
+        )
+        .unwrap();
+        let name = format!("residual_add_layer_norm {rows}x{cols}");
+        check(
+            &format!("{name} resid"),
+            &down(&dev, &rd),
+            &want_resid,
+            F32_TOL,
+        );
+        check(
+            &format!("{name} out"),
+            &down_bf16(&dev, &out),
+            &want_out,
+            BF16_TOL,
+        );
+    }
+}

@@ -89,6 +89,9 @@ pub struct BenchArgs {
     /// e2e: frames run eagerly after the timed run to time each stage.
     #[arg(long, default_value_t = 10)]
     pub profile_frames: usize,
+    /// e2e: the kernel of the frame-local attention (DINO and frame blocks); default as --kernel.
+    #[arg(long)]
+    pub local_kernel: Option<String>,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -107,6 +110,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 keyframe_interval: args.keyframe_interval,
                 graphs: !args.no_graphs,
                 kernel,
+                local_kernel: args
+                    .local_kernel
+                    .as_deref()
+                    .map(parse_kernel_name)
+                    .transpose()?,
                 profile_frames: args.profile_frames,
                 json: args.json.clone(),
                 device: args.device,

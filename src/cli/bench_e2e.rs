@@ -26,6 +26,7 @@ pub struct E2eArgs {
     pub keyframe_interval: usize,
     pub graphs: bool,
     pub kernel: Option<AttentionKernel>,
+    pub local_kernel: Option<AttentionKernel>,
     pub profile_frames: usize,
     pub json: Option<PathBuf>,
     pub device: usize,
@@ -63,6 +64,7 @@ struct Report {
     keyframe_interval: usize,
     attention: String,
     kernel: String,
+    local_kernel: String,
     graphs: bool,
     streaming_frames: usize,
     setup_s: f64,
@@ -156,6 +158,7 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
     sc.window = cfg.window;
     sc.max_frames = committed_max + 1;
     sc.kernel = args.kernel;
+    sc.local_kernel = args.local_kernel;
     sc.gelu = GeluMode::Fused;
     sc.graphs = args.graphs;
     sc.download_maps = false;
@@ -260,6 +263,7 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
         keyframe_interval: interval,
         attention: args.attention.clone(),
         kernel: format!("{:?}", session.kernel()),
+        local_kernel: format!("{:?}", session.local_kernel()),
         graphs: args.graphs,
         streaming_frames: args.frames,
         setup_s,
@@ -287,12 +291,13 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
 fn print_table(r: &Report) {
     let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
     println!(
-        "e2e,{} {}x{} on {}, kernel {}, graphs {}, {} scale + {} frames, keyframe every {}",
+        "e2e,{} {}x{} on {}, kernel {} (frame-local {}), graphs {}, {} scale + {} frames, keyframe every {}",
         r.preset,
         r.width,
         r.height,
         r.device,
         r.kernel,
+        r.local_kernel,
         r.graphs,
         r.scale_frames,
         r.streaming_frames,

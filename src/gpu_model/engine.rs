@@ -60,6 +60,9 @@ pub struct SessionConfig {
     pub max_frames: usize,
     /// None: the best kernel for the GPU.
     pub kernel: Option<AttentionKernel>,
+    /// The kernel of the frame-local attention (DINO and frame blocks: 1005 keys); None: as
+    /// `kernel`.
+    pub local_kernel: Option<AttentionKernel>,
     pub gelu: GeluMode,
     /// Capture streaming steps into CUDA graphs (off: every step runs eagerly).
     pub graphs: bool,
@@ -83,6 +86,7 @@ impl SessionConfig {
             window: 64,
             max_frames: 16384,
             kernel: None,
+            local_kernel: None,
             gelu: GeluMode::Fused,
             graphs: true,
             min_confidence: 1.5,
@@ -238,6 +242,8 @@ pub struct GpuSession {
     bufs: Buffers,
     dense: Option<DenseScratch>,
     setup: AttentionSetup,
+    /// The frame-local attention's kernel and splits.
+    local_setup: AttentionSetup,
     scale_frames: Option<usize>,
     /// Graphs of the streaming step: [non-keyframe, keyframe], and eager warm-ups done per kind.
     graphs: [Option<StepGraph>; 2],
@@ -338,6 +344,10 @@ impl GpuSession {
             kernel,
             sm_count: dev.info.sm_count as usize,
         };
+        let local_setup = AttentionSetup {
+            kernel: sc.local_kernel.unwrap_or(kernel),
+            ..setup
+        };
         dev.stream.synchronize()?;
         side.stream.synchronize()?;
         Ok(Self {
@@ -360,6 +370,7 @@ impl GpuSession {
             bufs,
             dense,
             setup,
+            local_setup,
             scale_frames: None,
             graphs: [None, None],
             warmed: [false, false],
@@ -464,6 +475,11 @@ impl GpuSession {
 
     pub fn kernel(&self) -> AttentionKernel {
         self.setup.kernel
+    }
+
+    /// The frame-local attention's kernel.
+    pub fn local_kernel(&self) -> AttentionKernel {
+        self.local_setup.kernel
     }
 
     /// How points are kept. The values are baked into captured graphs, so a change drops them
@@ -705,7 +721,7 @@ impl GpuSession {
                     tables: b.dino_tables,
                     rope: Rope::None,
                 },
-                self.setup,
+                self.local_setup,
                 self.sc.gelu,
             )?;
         }
@@ -773,7 +789,7 @@ impl GpuSession {
                         grid_w: sh.grid_w,
                     },
                 },
-                self.setup,
+                self.local_setup,
                 self.sc.gelu,
             )?;
             let taps: Vec<usize> = (0..cfg.taps.len()).filter(|&i| cfg.taps[i] == g).collect();

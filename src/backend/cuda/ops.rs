@@ -214,6 +214,71 @@ pub fn residual_add_scaled(
     Ok(())
 }
 
+/// `resid += gamma ⊙ y`, then `out = LayerNorm(resid)` as bf16: the block's first residual and
+/// its second norm in one pass for 1024-wide rows with aligned buffers; otherwise the two
+/// operations one after the other (same results up to rounding order).
+#[allow(clippy::too_many_arguments)]
+pub fn residual_add_layer_norm(
+    dev: &CudaDevice,
+    resid: DevPtr<f32>,
+    y: DevPtr<bf16>,
+    gamma: DevPtr<f32>,
+    rows: usize,
+    cols: usize,
+    weight: Option<DevPtr<f32>>,
+    bias: Option<DevPtr<f32>>,
+    eps: f32,
+    out: DevPtr<bf16>,
+) -> Result<(), CudaError> {
+    let n = product(rows, cols, "residual_add_layer_norm rows x cols")?;
+    resid.check_len(n, "residual_add_layer_norm resid")?;
+    y.check_len(n, "residual_add_layer_norm y")?;
+    out.check_len(n, "residual_add_layer_norm out")?;
+    gamma.check_len(cols, "residual_add_layer_norm gamma")?;
+    let (w_addr, b_addr) = (
+        weight.map_or(0u64, |w| w.addr()),
+        bias.map_or(0u64, |b| b.addr()),
+    );
+    if let Some(w) = &weight {
+        w.check_len(cols, "residual_add_layer_norm weight")?;
+    }
+    if let Some(b) = &bias {
+        b.check_len(cols, "residual_add_layer_norm bias")?;
+    }
+    let (r, ya, g, o) = (resid.addr(), y.addr(), gamma.addr(), out.addr());
+    let fused = cols == 1024
+        && [r, g, w_addr, b_addr].iter().all(|a| a.is_multiple_of(16))
+        && ya.is_multiple_of(8)
+        && o.is_multiple_of(8);
+    if !fused {
+        residual_add_scaled(dev, resid, y, gamma, rows, cols)?;
+        return layer_norm(dev, resid, rows, cols, weight, bias, eps, LnOut::Bf16(out));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let rows_u32 = to_u32(rows, "residual_add_layer_norm rows")?;
+    let cfg = LaunchConfig {
+        grid_dim: (rows_u32.div_ceil(4), 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let f = dev.kernels.get("residual_layer_norm_1024")?;
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&r)
+        .arg(&ya)
+        .arg(&g)
+        .arg(&rows_u32)
+        .arg(&w_addr)
+        .arg(&b_addr)
+        .arg(&eps)
+        .arg(&o);
+    // SAFETY: arguments match residual_layer_norm_1024; every buffer holds rows x 1024 (gamma,
+    // weight, bias: 1024) elements and is aligned for its vector loads (checked above).
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}
+
 /// Exact (erf) GELU in place on `n` bf16 values.
 pub fn gelu_erf_inplace(dev: &CudaDevice, x: DevPtr<bf16>, n: usize) -> Result<(), CudaError> {
     x.check_len(n, "gelu_erf_inplace x")?;
