@@ -39,8 +39,8 @@ typedef unsigned long long u64;
 
 #define HEAD_DIM 64
 #define ROW_CHUNKS 8
-#define WS_BLOCK_M 128
-#define WS_THREADS 384
+// Query rows per consumer warpgroup; a CTA has NC consumers (2 or 3) and one producer.
+#define WS_WG_ROWS 64
 #define NEG_INF __int_as_float(0xff800000u)
 // Variant flags (template parameter FLAGS of ws_body).
 //   WS_REGS   setmaxnreg: the producer warpgroup drops to 40 registers, the consumers rise to 232.
@@ -52,8 +52,8 @@ typedef unsigned long long u64;
 #define WS_REGS 1
 #define WS_NOINC 2
 #define WS_NOCOPY 4
-// Bytes of the Q tile (the K/V ring and its barriers follow it).
-#define WS_Q_BYTES (WS_BLOCK_M * HEAD_DIM * 2)
+// Bytes of the Q tile of NC consumers (the K/V ring and its barriers follow it).
+#define WS_Q_BYTES(NC) ((NC) * WS_WG_ROWS * HEAD_DIM * 2)
 // Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
 template <int BN>
 struct Ws {
@@ -343,8 +343,8 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
     }
 }
 
-// ---- consumer warpgroup c (0 or 1): query rows c * 64 .. c * 64 + 63 of the tile.
-template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS>
+// ---- consumer warpgroup c (0 .. NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
+template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS, int NC>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, u32 lq, u32 heads, u32 n_splits,
     float scale_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
@@ -363,7 +363,11 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async();
-    named_sync(3 + c, 128);  // this warpgroup's Q rows are in shared memory
+    named_sync(1 + NC + c, 128);  // this warpgroup's Q rows are in shared memory
+    // With three consumers (192 rows) the last query tile is mostly padding (1005 = 5 x 192 + 45):
+    // a warpgroup without a single valid row keeps the barrier protocol (turns, full/empty) but
+    // skips its products and softmax, so the tile's one working warpgroup has the tensor cores.
+    const bool active = NC == 2 || q0 + c * WS_WG_ROWS < lq;
 
     float o_acc[32];
     float s[BN / 2];
@@ -380,15 +384,25 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     float row_sum[2] = {0.f, 0.f};
     const u32 sq_wg = smem_addr(sq) + c * 64 * 128;
     const u32 skv0 = smem_addr(skv);
-    // Ping-pong: barrier 1 + c is "consumer c may issue"; each consumer syncs on its own and
-    // arrives on the other's after issuing. Consumer 0 goes first. Counts match exactly: each
-    // consumer issues n_tiles + 1 sections; consumer 1 arrives once up front and skips the arrive
-    // after its last section (nobody would wait for it).
+    // Ping-pong (round robin with three): barrier 1 + c is "consumer c may issue"; each consumer
+    // syncs on its own and arrives on the next one's after issuing. Consumer 0 goes first. Counts
+    // match exactly: each consumer issues n_tiles + 1 sections; the last consumer arrives once up
+    // front and skips the arrive after its last section (nobody would wait for it).
     const u32 my_turn = 1 + c;
-    const u32 other_turn = 2 - c;
+    const u32 other_turn = 1 + (c + 1) % NC;
 
-    if (n_tiles > 0) {
-        if (PINGPONG && c == 1) named_arrive(other_turn, 256);
+    if (n_tiles > 0 && !active) {
+        // Same barrier protocol as below (n_tiles + 1 turns; tiles released one section late),
+        // no products: a path of its own so that the working path's wgmma stay unconditional.
+        if (PINGPONG && c == NC - 1) named_arrive(other_turn, 256);
+        for (u32 j = 0; j <= n_tiles; ++j) {
+            if (j < n_tiles) mbar_wait(bar_full + (j % Ws<BN>::STAGES) * 8, (j / Ws<BN>::STAGES) & 1);
+            if (PINGPONG) named_sync(my_turn, 256);
+            if (PINGPONG && (j < n_tiles || c != NC - 1)) named_arrive(other_turn, 256);
+            if (j >= 1 && j < n_tiles) mbar_arrive(bar_empty + ((j - 1) % Ws<BN>::STAGES) * 8);
+        }
+    } else if (n_tiles > 0) {
+        if (PINGPONG && c == NC - 1) named_arrive(other_turn, 256);
         float corr[2];
 
         // Section 0: S(0) only.
@@ -460,7 +474,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 #pragma unroll
             for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
             wgmma_commit();
-            if (PINGPONG && c == 0) named_arrive(other_turn, 256);
+            if (PINGPONG && c != NC - 1) named_arrive(other_turn, 256);
             wgmma_wait<0>();
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
@@ -498,23 +512,23 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     }
 }
 
-template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS, int LAG>
+template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS, int LAG, int NC>
 __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
     u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
     const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) {
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
-    u16* sq = (u16*)smem;                                     // [128][64], swizzled
-    u16* skv = (u16*)(smem + WS_Q_BYTES);                     // [STAGES][K|V][128][64]
-    const u32 bar_full = smem_addr(smem + WS_Q_BYTES + Ws<BN>::STAGES * Ws<BN>::STAGE_BYTES);  // [STAGES]
+    u16* sq = (u16*)smem;                                     // [NC * 64][64], swizzled
+    u16* skv = (u16*)(smem + WS_Q_BYTES(NC));                 // [STAGES][K|V][BN][64]
+    const u32 bar_full = smem_addr(smem + WS_Q_BYTES(NC) + Ws<BN>::STAGES * Ws<BN>::STAGE_BYTES);  // [STAGES]
     const u32 bar_empty = bar_full + Ws<BN>::STAGES * 8;                                   // [STAGES]
 
     const u32 tid = threadIdx.x;
     const u32 lane = tid & 31;
     const u32 warp = tid >> 5;
-    const u32 role = warp >> 2;  // 0 producer, 1 and 2 consumers
-    const u32 q0 = blockIdx.x * WS_BLOCK_M;
+    const u32 role = warp >> 2;  // 0 producer, 1 .. NC consumers
+    const u32 q0 = blockIdx.x * (NC * WS_WG_ROWS);
     const u32 split = blockIdx.y;
     const u32 h = blockIdx.z;
 
@@ -535,35 +549,42 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 #pragma unroll
         for (int s = 0; s < Ws<BN>::STAGES; ++s) {
             mbar_init(bar_full + s * 8, 128);   // every producer thread arrives
-            mbar_init(bar_empty + s * 8, 256);  // every consumer thread arrives
+            mbar_init(bar_empty + s * 8, NC * 128);  // every consumer thread arrives
         }
     }
     __syncthreads();  // the only CTA-wide barrier: the roles never meet again
 
     // setmaxnreg wants each warpgroup's role as one branch of a single if/else.
     if (role == 0) {
-        if (FLAGS & WS_REGS) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        // 2 consumers: 40 + 2 x 232 registers per thread-row of the 64K file (x 128 threads);
+        // 3 consumers: 32 + 3 x 160 (FlashAttention-3's split for four warpgroups).
+        if constexpr ((FLAGS & WS_REGS) && NC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if constexpr ((FLAGS & WS_REGS) && NC == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
         if (n_tiles > 0)
             ws_producer<BN, FLAGS, LAG>(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum,
                                     n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
     } else {
-        if (FLAGS & WS_REGS) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-        ws_consumer<BN, PINGPONG, OVERLAP, FLAGS>(q, out, part_o, part_lse, lq, heads, n_splits,
+        if constexpr ((FLAGS & WS_REGS) && NC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        if constexpr ((FLAGS & WS_REGS) && NC == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+        ws_consumer<BN, PINGPONG, OVERLAP, FLAGS, NC>(q, out, part_o, part_lse, lq, heads, n_splits,
             scale_log2, sq, skv, bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h,
             n_tiles, kv_begin, kv_end);
     }
 }
 
-// Smem: 1024 (alignment slack) + 16 KB Q + STAGES x 32 KB K/V + 2 x STAGES mbarriers.
-#define WS_ENTRY(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG)                                          \
-    extern "C" __global__ void __launch_bounds__(WS_THREADS, 1) NAME(                             \
+// Smem: 1024 (alignment slack) + NC x 8 KB Q + STAGES x (2 x BN x 128 B) K/V + 2 x STAGES
+// mbarriers. NC consumer warpgroups + 1 producer: (NC + 1) x 128 threads, one CTA per SM.
+#define WS_ENTRY_NC(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG, NC)                                   \
+    extern "C" __global__ void __launch_bounds__((NC + 1) * 128, 1) NAME(                         \
         const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \
         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
         const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
         const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) { \
-        ws_body<BN, PINGPONG, OVERLAP, FLAGS, LAG>(q, out, part_o, part_lse, pool, page_size,      \
+        ws_body<BN, PINGPONG, OVERLAP, FLAGS, LAG, NC>(q, out, part_o, part_lse, pool, page_size,  \
             indices, cum, n_pages_ptr, lq, heads, n_splits, scale_log2);                          \
     }
+// Two consumers (128 query rows, 384 threads).
+#define WS_ENTRY(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG) WS_ENTRY_NC(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG, 2)
 
 // Ping-pong consumers, softmax overlapping the consumer's own P V.
 WS_ENTRY(paged_attention_fwd_sm90_ws, 128, true, true, 0, 2)
@@ -584,3 +605,6 @@ WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, true, WS_REGS, 1)
 WS_ENTRY(paged_attention_fwd_sm90_ws_n192_noinc, 192, true, true, WS_REGS | WS_NOINC, 1)
 // Diagnostic (wrong results): no copies at all; the consumers' time alone.
 WS_ENTRY(paged_attention_fwd_sm90_ws_nocopy, 128, true, true, WS_REGS | WS_NOINC | WS_NOCOPY, 2)
+// Three consumers (192 query rows, 512 threads; FlashAttention-3's layout for head dim 64):
+// 128-key tiles in six stages (24 KB Q + 192 KB ring), setmaxnreg 32/160, 2-tile lag.
+WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192, 128, true, true, WS_REGS, 2, 3)

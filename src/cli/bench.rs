@@ -325,9 +325,10 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
         "ws-noinc" => AttentionKernel::WgmmaWsNoinc,
         "ws-n192" => AttentionKernel::WgmmaWsN192,
         "ws-n192-noinc" => AttentionKernel::WgmmaWsN192Noinc,
+        "ws-m192" => AttentionKernel::WgmmaWsM192,
         other => {
             bail!(
-                "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc)"
+                "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192)"
             )
         }
     };
@@ -668,8 +669,9 @@ fn parse_kernel_name(name: &str) -> anyhow::Result<AttentionKernel> {
         "ws-noinc" => AttentionKernel::WgmmaWsNoinc,
         "ws-n192" => AttentionKernel::WgmmaWsN192,
         "ws-n192-noinc" => AttentionKernel::WgmmaWsN192Noinc,
+        "ws-m192" => AttentionKernel::WgmmaWsM192,
         other => bail!(
-            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc)"
+            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192)"
         ),
     })
 }

@@ -46,10 +46,13 @@ pub enum AttentionKernel {
     WgmmaWsN192Noinc,
     /// Diagnostic, wrong results: [`Self::WgmmaWsNoinc`] with no copies (the consumers' time).
     WgmmaWsNocopy,
+    /// Three consumer warpgroups (192 query rows per CTA, 512 threads; FlashAttention-3's layout
+    /// for head dim 64): 128-key tiles in six stages, `setmaxnreg` 32/160, round-robin turns.
+    WgmmaWsM192,
 }
 
 impl AttentionKernel {
-    const ALL: [Self; 11] = [
+    const ALL: [Self; 12] = [
         Self::MmaSync,
         Self::WgmmaWide,
         Self::WgmmaWs,
@@ -61,6 +64,7 @@ impl AttentionKernel {
         Self::WgmmaWsN192,
         Self::WgmmaWsN192Noinc,
         Self::WgmmaWsNocopy,
+        Self::WgmmaWsM192,
     ];
 
     /// False for diagnostic variants that skip work and compute wrong results (timing only).
@@ -85,18 +89,23 @@ impl AttentionKernel {
             Self::WgmmaWsN192 => "paged_attention_fwd_sm90_ws_n192",
             Self::WgmmaWsN192Noinc => "paged_attention_fwd_sm90_ws_n192_noinc",
             Self::WgmmaWsNocopy => "paged_attention_fwd_sm90_ws_nocopy",
+            Self::WgmmaWsM192 => "paged_attention_fwd_sm90_ws_m192",
         }
     }
 
     /// Query rows per CTA.
     pub fn block_m(self) -> usize {
-        128
+        match self {
+            Self::WgmmaWsM192 => 192,
+            _ => 128,
+        }
     }
 
     fn threads(self) -> u32 {
         match self {
             Self::MmaSync => 128,
             Self::WgmmaWide => 256,
+            Self::WgmmaWsM192 => 512,
             _ => 384,
         }
     }
@@ -116,7 +125,7 @@ impl AttentionKernel {
             Self::WgmmaWide => q + 3 * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK,
             // Six stages of 128-key K and V tiles and a full and an empty mbarrier per stage
             // (209 KB: one CTA per SM); the 192-key variants' four stages take the same ring
-            // bytes and fewer barriers.
+            // bytes and fewer barriers; the 192-row variant's Q is 24 KB (217 KB).
             _ => q + WS_STAGES * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK + WS_STAGES * 2 * 8,
         };
         bytes as u32
@@ -152,7 +161,10 @@ pub struct AttentionOptions {
 
 /// How many key splits to use: the largest count that still fits all CTAs in one wave, so a
 /// launch of few query tiles (1005 queries x 16 heads is 128 CTAs) fills the GPU without leaving
-/// a partial second wave. Never more splits than key tiles.
+/// a partial second wave; more splits (up to 16) only where a whole number of waves beats that by
+/// more than 5 % (the combine costs a little): 1005 queries in 192-row tiles are 96 CTAs for
+/// 132 SMs, and 4 splits run 384 CTAs in 3 waves of a quarter of the keys each (0.75 of one
+/// unsplit wave). Never more splits than key tiles.
 pub fn choose_splits(
     q_tiles: usize,
     heads: usize,
@@ -160,9 +172,19 @@ pub fn choose_splits(
     sm_count: usize,
     ctas_per_sm: usize,
 ) -> usize {
+    const MAX_WAVE_SPLITS: usize = 16;
     let base = (q_tiles * heads).max(1);
-    let slots = sm_count * ctas_per_sm;
-    (slots / base).clamp(1, kv_tiles.max(1))
+    let slots = (sm_count * ctas_per_sm).max(1);
+    let one_wave = (slots / base).max(1);
+    // Time of `s` splits in units of one unsplit CTA: waves x 1/s of the keys each.
+    let cost = |s: usize| (base * s).div_ceil(slots) as f64 / s as f64;
+    let mut best = one_wave;
+    for s in one_wave + 1..=MAX_WAVE_SPLITS {
+        if cost(s) < 0.95 * cost(best) {
+            best = s;
+        }
+    }
+    best.clamp(1, kv_tiles.max(1))
 }
 
 /// Scratch for split-KV partial results; grows on demand (size it once up front to keep it fixed).

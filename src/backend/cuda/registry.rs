@@ -141,6 +141,7 @@ pub const SOURCES: &[KernelSource] = &[
             "paged_attention_fwd_sm90_ws_n192",
             "paged_attention_fwd_sm90_ws_n192_noinc",
             "paged_attention_fwd_sm90_ws_nocopy",
+            "paged_attention_fwd_sm90_ws_m192",
         ],
         hopper_only: true,
     },
