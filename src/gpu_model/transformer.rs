@@ -260,18 +260,8 @@ pub fn block_forward(
         c,
         Epilogue::Bias,
     )?;
-    ops::residual_add_layer_norm(
-        dev,
-        x,
-        s.out,
-        DevPtr::of(&w.ls1),
-        n,
-        c,
-        w.norm2.weight_ptr(),
-        w.norm2.bias_ptr(),
-        w.norm2.eps,
-        s.normed,
-    )?;
+    ops::residual_add_scaled(dev, x, s.out, DevPtr::of(&w.ls1), n, c)?;
+    ln(dev, &w.norm2)?;
     let hidden = w.hidden;
     match (gelu, w.fc1.bias_ptr()) {
         (GeluMode::Fused, bias @ Some(_)) => gemm.linear(

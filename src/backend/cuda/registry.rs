@@ -78,7 +78,6 @@ pub const SOURCES: &[KernelSource] = &[
         functions: &[
             "layer_norm_rows",
             "layer_norm_rows_1024",
-            "residual_layer_norm_1024",
             "residual_add_scaled",
             "residual_add_scaled_x4",
             "gelu_erf_bf16",
