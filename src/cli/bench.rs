@@ -315,22 +315,7 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
     let kernels = AttentionKernel::available(&dev);
     let kernel = match args.kernel.as_str() {
         "auto" => best,
-        "mma" => AttentionKernel::MmaSync,
-        "wgmma" => AttentionKernel::WgmmaWide,
-        "ws" => AttentionKernel::WgmmaWs,
-        "ws-serial" => AttentionKernel::WgmmaWsSerial,
-        "ws-free" => AttentionKernel::WgmmaWsFree,
-        "ws-regs" => AttentionKernel::WgmmaWsRegs,
-        "ws-lag3" => AttentionKernel::WgmmaWsLag3,
-        "ws-noinc" => AttentionKernel::WgmmaWsNoinc,
-        "ws-n192" => AttentionKernel::WgmmaWsN192,
-        "ws-n192-noinc" => AttentionKernel::WgmmaWsN192Noinc,
-        "ws-m192" => AttentionKernel::WgmmaWsM192,
-        other => {
-            bail!(
-                "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192)"
-            )
-        }
+        name => parse_kernel_name(name)?,
     };
     if !kernels.contains(&kernel) {
         bail!(

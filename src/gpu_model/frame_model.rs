@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 
 use crate::attention::AttentionLayout;
 use crate::backend::cuda::CudaError;
-use crate::model::preprocess::PreprocessConfig;
 use crate::model::{GctModel, ModelError};
 use crate::pipeline::frame::PointFilter;
 use crate::pipeline::model::{FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions};
@@ -53,17 +52,7 @@ impl FrameModel for GpuFrameModel {
     }
 
     fn limits(&self) -> ModelLimits {
-        let c = self.model.config();
-        ModelLimits {
-            preprocess: PreprocessConfig {
-                width: c.img_size,
-                patch: c.patch,
-            },
-            scale_frames: c.scale_frames,
-            max_frame_num: c.max_frame_num,
-            default_window: c.window,
-            default_keyframe_interval: c.keyframe_interval,
-        }
+        ModelLimits::of(self.model.config())
     }
 
     fn start_session(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::attention::{AttentionLayout, CpuKvCache};
 use crate::model::pose::Camera;
 use crate::model::preprocess::PreprocessConfig;
-use crate::model::{GctModel, ModelError, StreamState};
+use crate::model::{GctModel, ModelConfig, ModelError, StreamState};
 
 use super::frame::PointFilter;
 use super::result::{CacheSnapshot, FramePoints, StageTime};
@@ -32,6 +32,22 @@ pub struct ModelLimits {
     pub max_frame_num: usize,
     pub default_window: usize,
     pub default_keyframe_interval: usize,
+}
+
+impl ModelLimits {
+    /// The limits a model configuration implies (the same on every backend).
+    pub fn of(c: &ModelConfig) -> Self {
+        ModelLimits {
+            preprocess: PreprocessConfig {
+                width: c.img_size,
+                patch: c.patch,
+            },
+            scale_frames: c.scale_frames,
+            max_frame_num: c.max_frame_num,
+            default_window: c.window,
+            default_keyframe_interval: c.keyframe_interval,
+        }
+    }
 }
 
 /// The outputs of one call, per frame of the call.
@@ -112,17 +128,7 @@ impl FrameModel for CpuFrameModel {
     }
 
     fn limits(&self) -> ModelLimits {
-        let c = self.model.config();
-        ModelLimits {
-            preprocess: PreprocessConfig {
-                width: c.img_size,
-                patch: c.patch,
-            },
-            scale_frames: c.scale_frames,
-            max_frame_num: c.max_frame_num,
-            default_window: c.window,
-            default_keyframe_interval: c.keyframe_interval,
-        }
+        ModelLimits::of(self.model.config())
     }
 
     fn start_session(
