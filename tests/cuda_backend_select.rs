@@ -42,3 +42,51 @@ fn opening_a_device_without_cuda_is_an_error_not_a_panic() {
     eprintln!("{err}");
     assert!(err.to_string().contains("unavailable"));
 }
+
+/// The GPU-only commands say why they cannot run, fast, instead of building a model first; and
+/// `--backend cuda` refuses plainly where `auto` would fall back.
+#[test]
+fn gpu_commands_without_a_gpu_say_why() {
+    if probe_cuda().is_ok() {
+        eprintln!("skipped: this machine has CUDA");
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_streamrecon");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(bin)
+            .args(args)
+            .output()
+            .expect("streamrecon runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let clock = std::time::Instant::now();
+    let (code, stderr) = run(&["bench", "e2e", "--frames", "2"]);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("needs a CUDA GPU"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Full-size random weights are never built for it.
+    assert!(clock.elapsed().as_secs() < 20, "took {:?}", clock.elapsed());
+
+    let dir = std::env::temp_dir().join(format!("streamrecon-nogpu-{}", std::process::id()));
+    let (code, stderr) = run(&[
+        "run",
+        "--headless",
+        "--backend",
+        "cuda",
+        "--random-weights",
+        "tiny",
+        "--input",
+        "synthetic",
+        "--synthetic-frames",
+        "2",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("--backend cuda"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -97,6 +97,7 @@ fn parse_resolution(s: &str) -> anyhow::Result<(usize, usize)> {
     Ok((w, h))
 }
 
+/// The value at fraction `p` of an ascending list (nearest rank); NaN for an empty list.
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -135,6 +136,9 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
         other => bail!("--attention `{other}`: use paged or dense"),
     };
     let (width, height) = parse_resolution(&args.resolution)?;
+    // Say so before spending seconds and gigabytes on weights a GPU-less machine cannot use.
+    crate::backend::cuda::probe(args.device)
+        .map_err(|why| anyhow::anyhow!("bench e2e needs a CUDA GPU: {why}"))?;
     let mut cfg = match args.preset.as_str() {
         "full" => ModelConfig::default(),
         "tiny" => ModelConfig::tiny(),
@@ -340,4 +344,27 @@ fn print_table(r: &Report) {
             .map(|b| format!("{:.2} GiB", gib(b)))
             .unwrap_or_else(|| "?".into())
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolutions_parse_and_bad_ones_name_the_problem() {
+        assert_eq!(parse_resolution("518x378").unwrap(), (518, 378));
+        for bad in ["518", "x378", "518xabc", "518*378"] {
+            let e = parse_resolution(bad).unwrap_err().to_string();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let v = sorted([5.0, 1.0, 3.0, 2.0, 4.0].into_iter());
+        assert_eq!(percentile(&v, 0.5), 3.0);
+        assert_eq!(percentile(&v, 0.0), 1.0);
+        assert_eq!(percentile(&v, 1.0), 5.0);
+        assert!(percentile(&[], 0.5).is_nan());
+    }
 }
