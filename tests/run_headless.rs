@@ -232,3 +232,25 @@ fn synthetic_input_runs_with_random_tiny_weights() {
         6
     );
 }
+
+#[test]
+fn keyframe_interval_is_the_fixed_rule_and_excludes_keyframes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tiny(
+        &["--keyframe-interval", "2"],
+        &dir.path().join("a"),
+        COURTHOUSE,
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Fixed { interval: 2 }") || stdout.contains("Fixed { interval: 2 }"),
+        "{stdout}\n{stderr}"
+    );
+    let both = tiny(
+        &["--keyframe-interval", "2", "--keyframes", "fixed:3"],
+        &dir.path().join("b"),
+        COURTHOUSE,
+    );
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both.stderr));
+}

@@ -60,6 +60,9 @@ pub struct RunArgs {
     /// reference's ceil(N / budget), for a live input `adaptive`.
     #[arg(long)]
     pub keyframes: Option<String>,
+    /// Keyframe every N frames: the same as `--keyframes fixed:N` (the spelling `view` takes).
+    #[arg(long, value_name = "N", conflicts_with = "keyframes")]
+    pub keyframe_interval: Option<u64>,
     /// Committed frames per session (capped by the model's RoPE table).
     #[arg(long, default_value_t = crate::pipeline::keyframe::TRAINED_VIEWS)]
     pub view_budget: u64,
@@ -322,7 +325,11 @@ fn pipeline_config(args: &RunArgs) -> anyhow::Result<PipelineConfig> {
         "reset" => OnBudget::Reset,
         other => bail!("--on-budget `{other}`: use freeze or reset"),
     };
-    let keyframes = match &args.keyframes {
+    let rule_text = args
+        .keyframes
+        .clone()
+        .or_else(|| args.keyframe_interval.map(|n| format!("fixed:{n}")));
+    let keyframes = match &rule_text {
         Some(rule) => {
             let rule: KeyframeRule = rule.parse().map_err(anyhow::Error::msg)?;
             Some(KeyframePolicy {
