@@ -1,0 +1,78 @@
+//! Copies between the host and the arena's raw addresses, and the small conversion kernel the
+//! step needs: all stream-ordered, none allocating.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use crate::backend::cuda::arena::DevPtr;
+use crate::backend::cuda::{CudaDevice, CudaError};
+
+pub(super) fn upload_raw<T: cudarc::driver::DeviceRepr>(
+    dev: &CudaDevice,
+    src: &[T],
+    dst: DevPtr<T>,
+) -> Result<(), CudaError> {
+    dst.check_len(src.len(), "upload")?;
+    // SAFETY: `dst` holds at least `src.len()` elements (checked); the copy is ordered on the
+    // stream and the source is synchronously staged by the driver for pageable memory.
+    unsafe {
+        cudarc::driver::result::memcpy_htod_async(dst.addr(), src, dev.stream.cu_stream())?;
+    }
+    Ok(())
+}
+
+pub(super) fn download_raw<T: cudarc::driver::DeviceRepr>(
+    dev: &CudaDevice,
+    src: DevPtr<T>,
+    dst: &mut [T],
+) -> Result<(), CudaError> {
+    src.check_len(dst.len(), "download")?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `src` holds at least `dst.len()` elements (checked); the caller synchronises the
+    // stream before reading `dst`.
+    unsafe {
+        cudarc::driver::result::memcpy_dtoh_async(dst, src.addr(), dev.stream.cu_stream())?;
+    }
+    Ok(())
+}
+
+pub(super) fn copy_dtod<T>(
+    dev: &CudaDevice,
+    src: DevPtr<T>,
+    dst: DevPtr<T>,
+) -> Result<(), CudaError> {
+    dst.check_len(src.len(), "device copy")?;
+    // SAFETY: both ranges are valid device memory of `src.len()` elements (checked).
+    unsafe {
+        cudarc::driver::result::memcpy_dtod_async(
+            dst.addr(),
+            src.addr(),
+            src.len() * std::mem::size_of::<T>(),
+            dev.stream.cu_stream(),
+        )?;
+    }
+    Ok(())
+}
+
+pub(super) fn image_to_rgb8(
+    dev: &CudaDevice,
+    image: DevPtr<f32>,
+    rgb: DevPtr<u8>,
+    plane: usize,
+) -> Result<(), CudaError> {
+    image.check_len(3 * plane, "image")?;
+    rgb.check_len(3 * plane, "rgb")?;
+    let f = dev.kernels.get("image_to_rgb8")?;
+    let (i, r, p) = (image.addr(), rgb.addr(), plane as u32);
+    let cfg = LaunchConfig {
+        grid_dim: (plane.div_ceil(256).clamp(1, 4096) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&i).arg(&r).arg(&p);
+    // SAFETY: arguments match image_to_rgb8; both buffers hold 3 * plane elements (checked).
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}

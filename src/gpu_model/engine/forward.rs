@@ -1,0 +1,276 @@
+//! The device work of one call (DINO, the aggregator, the heads, the points): launches only, so the
+//! same code runs eagerly and is captured as a streaming step's CUDA graph.
+
+use super::device_io::{copy_dtod, image_to_rgb8};
+use super::*;
+
+impl GpuSession {
+    /// All of one call's device work (launches only; captured as the graph for streaming steps).
+    pub(super) fn forward(
+        &mut self,
+        s: usize,
+        committed: u64,
+        scale_frames: usize,
+        keyframe: bool,
+        profile: Option<&mut Vec<(String, f64)>>,
+    ) -> Result<(), CudaError> {
+        let dev = Arc::clone(&self.dev);
+        let dev = &*dev;
+        let sh = self.shape;
+        let w = Arc::clone(&self.weights);
+        let b = &self.bufs;
+        let c = sh.embed;
+        let cfg = self.cpu.config().clone();
+        let patch_len = 3 * cfg.patch * cfg.patch;
+        let plane = sh.plane();
+        let mut marks: Vec<(&'static str, CudaEvent)> = Vec::new();
+        let mark = |name: &'static str, marks: &mut Vec<(&'static str, CudaEvent)>| {
+            if profile.is_some() {
+                let ev = dev
+                    .stream
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+                marks.push((name, ev));
+            }
+            Ok::<(), CudaError>(())
+        };
+        mark("start", &mut marks)?;
+
+        // DINO: patch embedding, token assembly, 24 blocks within each frame, final norm into
+        // the aggregator's token rows 6.. of each frame.
+        for f in 0..s {
+            ops::patchify_normalized(
+                dev,
+                b.image.slice(f * 3 * plane, 3 * plane)?,
+                sh.height,
+                sh.width,
+                b.patches
+                    .slice(f * sh.patches * patch_len, sh.patches * patch_len)?,
+            )?;
+        }
+        let proj = &w.dino.patch_proj;
+        self.gemm.linear(
+            dev,
+            b.patches,
+            proj.weight_ptr(),
+            proj.bias_ptr(),
+            b.patch_emb,
+            s * sh.patches,
+            c,
+            patch_len,
+            Epilogue::Bias,
+        )?;
+        for f in 0..s {
+            ops::dino_assemble(
+                dev,
+                b.patch_emb.slice(f * sh.patches * c, sh.patches * c)?,
+                DevPtr::of(&w.dino.cls),
+                DevPtr::of(&w.dino.registers),
+                b.dino_pos,
+                b.dino_x.slice(f * sh.dino_tokens * c, sh.dino_tokens * c)?,
+                sh.patches,
+                c,
+            )?;
+        }
+        let dino_x = b.dino_x.slice(0, s * sh.dino_tokens * c)?;
+        for block in &w.dino.blocks {
+            block_forward(
+                dev,
+                &mut self.gemm,
+                block,
+                dino_x,
+                s * sh.dino_tokens,
+                &b.scratch,
+                Attend::WithinFrames {
+                    frames: s,
+                    tokens: sh.dino_tokens,
+                    tables: b.dino_tables,
+                    rope: Rope::None,
+                },
+                self.local_setup,
+                self.sc.gelu,
+            )?;
+        }
+        let norm = &w.dino.norm;
+        for f in 0..s {
+            ops::layer_norm(
+                dev,
+                b.dino_x.slice(
+                    (f * sh.dino_tokens + 1 + DINO_REGISTERS) * c,
+                    sh.patches * c,
+                )?,
+                sh.patches,
+                c,
+                norm.weight_ptr(),
+                norm.bias_ptr(),
+                norm.eps,
+                LnOut::F32(b.x.slice((f * sh.tokens + SPECIAL_TOKENS) * c, sh.patches * c)?),
+            )?;
+        }
+        mark("dino", &mut marks)?;
+
+        // Special tokens: the first frame of the stream and the scale frames have their own
+        // variants (fixed for graph-captured steps, which are always "later" frames).
+        for f in 0..s {
+            let global = committed as usize + f;
+            let first = usize::from(global != 0);
+            let scale_variant = usize::from(global >= scale_frames);
+            let row = b.x.slice(f * sh.tokens * c, SPECIAL_TOKENS * c)?;
+            copy_dtod(
+                dev,
+                DevPtr::of(&w.camera_token).slice(first * c, c)?,
+                row.slice(0, c)?,
+            )?;
+            copy_dtod(
+                dev,
+                DevPtr::of(&w.register_token).slice(first * 4 * c, 4 * c)?,
+                row.slice(c, 4 * c)?,
+            )?;
+            copy_dtod(
+                dev,
+                DevPtr::of(&w.scale_token).slice(scale_variant * c, c)?,
+                row.slice(5 * c, c)?,
+            )?;
+        }
+
+        // Aggregator: frame block g, then global block g over the paged cache.
+        let n = s * sh.tokens;
+        let x = b.x.slice(0, n * c)?;
+        let rope_frame = self.kv.step_scalar_ptr(SCALAR_ROPE_FRAME)?;
+        for (g, (fb, gb)) in w.frame_blocks.iter().zip(&w.global_blocks).enumerate() {
+            block_forward(
+                dev,
+                &mut self.gemm,
+                fb,
+                x,
+                n,
+                &b.scratch,
+                Attend::WithinFrames {
+                    frames: s,
+                    tokens: sh.tokens,
+                    tables: b.frame_tables,
+                    rope: Rope::Axial2d {
+                        tables: &self.rope,
+                        tokens_per_frame: sh.tokens,
+                        grid_w: sh.grid_w,
+                    },
+                },
+                self.local_setup,
+                self.sc.gelu,
+            )?;
+            let taps: Vec<usize> = (0..cfg.taps.len()).filter(|&i| cfg.taps[i] == g).collect();
+            for &t in &taps {
+                ops::copy_rows(dev, x, c, b.taps[t], 2 * c, n, c)?;
+            }
+            mark("frame_blocks", &mut marks)?;
+            block_forward(
+                dev,
+                &mut self.gemm,
+                gb,
+                x,
+                n,
+                &b.scratch,
+                Attend::Cache {
+                    cache: &self.kv,
+                    layer: g,
+                    rope: Rope::Video3d {
+                        tables: &self.rope,
+                        tokens_per_frame: sh.tokens,
+                        grid_w: sh.grid_w,
+                        frame_base: rope_frame,
+                    },
+                    dense: self.dense,
+                },
+                self.setup,
+                self.sc.gelu,
+            )?;
+            for &t in &taps {
+                ops::copy_rows(dev, x, c, b.taps[t].slice(c, n * 2 * c - c)?, 2 * c, n, c)?;
+            }
+            mark("global_blocks", &mut marks)?;
+        }
+
+        // Camera head on the last tap's camera tokens, with its own cache, on the side stream
+        // (it only needs the aggregator's output) while the depth head runs on the main one.
+        let last_tap = *b
+            .taps
+            .last()
+            .ok_or_else(|| CudaError::Invalid("the model has no taps".into()))?;
+        let aggregated = dev.stream.record_event(None)?;
+        self.side.stream.wait(&aggregated)?;
+        self.camera.forward(
+            &self.side,
+            &mut self.side_gemm,
+            last_tap,
+            sh.tokens * 2 * c,
+            s,
+            self.kv.step_scalar_ptr(SCALAR_CAMERA_LEN)?,
+            keyframe,
+            b.pose.slice(0, s * POSE_ENC_LEN)?,
+        )?;
+        let posed = self.side.stream.record_event(None)?;
+        if profile.is_some() {
+            // Timed one after the other when profiling, so each head has its own time.
+            dev.stream.wait(&posed)?;
+            mark("camera_head", &mut marks)?;
+        }
+
+        // Depth head per frame.
+        for f in 0..s {
+            let frame_taps: Vec<DevPtr<f32>> = b
+                .taps
+                .iter()
+                .map(|t| t.slice(f * sh.tokens * 2 * c, sh.tokens * 2 * c))
+                .collect::<Result<_, _>>()?;
+            let frame_taps: [DevPtr<f32>; 4] = frame_taps
+                .try_into()
+                .map_err(|_| CudaError::Invalid("the depth head takes exactly 4 taps".into()))?;
+            self.dpt.forward(
+                dev,
+                &mut self.gemm,
+                frame_taps,
+                2 * c,
+                b.depth.slice(f * plane, plane)?,
+                b.conf.slice(f * plane, plane)?,
+            )?;
+        }
+        // The points need the poses: join the side stream back.
+        dev.stream.wait(&posed)?;
+        mark("depth_head", &mut marks)?;
+
+        // Points: unprojected with the device's pose, filtered and compacted; only they go back.
+        for f in 0..s {
+            image_to_rgb8(
+                dev,
+                b.image.slice(f * 3 * plane, 3 * plane)?,
+                b.rgb.slice(f * 3 * plane, 3 * plane)?,
+                plane,
+            )?;
+            self.compactor.run(
+                dev,
+                b.depth.slice(f * plane, plane)?,
+                b.conf.slice(f * plane, plane)?,
+                b.pose.slice(f * POSE_ENC_LEN, POSE_ENC_LEN)?,
+                b.rgb.slice(f * 3 * plane, 3 * plane)?,
+                self.sc.min_confidence,
+                self.sc.point_stride,
+                b.xyz.slice(f * 3 * plane, 3 * plane)?,
+                b.point_rgb.slice(f * 3 * plane, 3 * plane)?,
+                b.point_conf.slice(f * plane, plane)?,
+                b.counts.slice(f, 1)?,
+            )?;
+        }
+        mark("points", &mut marks)?;
+
+        if let Some(stages) = profile {
+            // Stages that repeat (one per block) are summed.
+            for pair in marks.windows(2) {
+                let ms = pair[0].1.elapsed_ms(&pair[1].1)? as f64;
+                match stages.iter_mut().find(|(n, _)| n == pair[1].0) {
+                    Some((_, total)) => *total += ms,
+                    None => stages.push((pair[1].0.to_owned(), ms)),
+                }
+            }
+        }
+        Ok(())
+    }
+}
