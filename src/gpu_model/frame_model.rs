@@ -64,8 +64,8 @@ impl FrameModel for GpuFrameModel {
         let mut sc = SessionConfig::new(height, width);
         sc.window = options.window;
         // A stream can never commit more frames than the 3D RoPE table is long, so the special
-        // pool and the camera cache need no more (7 GiB of KV at 518x378 instead of 16 GiB for
-        // the engine's 16,384-frame default: it fits desktop GPUs).
+        // pool and the camera cache need no more: about 7.4 GiB of KV at 518x378 for 1024 frames
+        // instead of about 16 GiB for the engine's 16,384-frame default (desktop GPUs fit it).
         sc.max_frames = self.model.config().max_frame_num;
         sc.dense = options.layout == AttentionLayout::Dense;
         let session = self.model.start(sc).map_err(gpu_err)?;
