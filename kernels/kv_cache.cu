@@ -10,60 +10,12 @@ typedef unsigned long long u64;
 
 #define HEAD_DIM 64
 
-// runs[4 r + 0..4] = { src_token, page, slot, len }: tokens [src_token, src_token + len) of k/v go
-// to `page`, slots [slot, slot + len). blockIdx.y = run; grid-stride over that run's chunks.
-extern "C" __global__ void kv_write_runs(const u16* __restrict__ k, const u16* __restrict__ v,
-                                         u16* __restrict__ pool, const u32* __restrict__ runs,
-                                         const u32* __restrict__ n_runs_ptr, u32 page_size, u32 heads) {
-    // The grid covers the table's capacity; the step's run count is read from the device so a
-    // captured CUDA graph stays valid as the plan changes.
-    if (blockIdx.y >= __ldg(n_runs_ptr)) return;
-    const u32* run = runs + 4 * blockIdx.y;
-    const u32 src_token = run[0], page = run[1], slot = run[2], len = run[3];
-    const u32 chunks_per_token = heads * (HEAD_DIM / 8);
-    const u64 tok_stride = (u64)heads * HEAD_DIM;
-    const u64 v_offset = (u64)page_size * tok_stride;
-    const u64 total = (u64)len * chunks_per_token;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (u64)gridDim.x * blockDim.x) {
-        u32 t = (u32)(i / chunks_per_token);
-        u32 c = (u32)(i % chunks_per_token);
-        u64 src = (u64)(src_token + t) * tok_stride + (u64)c * 8;
-        u64 dst = (u64)page * 2 * v_offset + (u64)(slot + t) * tok_stride + (u64)c * 8;
-        *(uint4*)(pool + dst) = *(const uint4*)(k + src);
-        *(uint4*)(pool + dst + v_offset) = *(const uint4*)(v + src);
-    }
-}
-
-// dense [K|V][kv_len][heads][64] <- the visible pages' valid tokens in attention order, which is
-// exactly one "page" of size kv_len for paged_attention_fwd. blockIdx.y = visible page.
-extern "C" __global__ void kv_gather_dense(const u16* __restrict__ pool, u16* __restrict__ dense,
-                                           const u32* __restrict__ indices,
-                                           const u32* __restrict__ cum, u32 n_pages,
-                                           u32 page_size, u32 heads) {
-    const u32 p = blockIdx.y;
-    const u32 start = cum[p], len = cum[p + 1] - start;
-    const u32 kv_len = cum[n_pages];
-    const u32 chunks_per_token = heads * (HEAD_DIM / 8);
-    const u64 tok_stride = (u64)heads * HEAD_DIM;
-    const u64 v_offset = (u64)page_size * tok_stride;
-    const u64 dense_v = (u64)kv_len * tok_stride;
-    const u64 page_base = (u64)indices[p] * 2 * v_offset;
-    const u64 total = (u64)len * chunks_per_token;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (u64)gridDim.x * blockDim.x) {
-        u64 src = page_base + i * 8;  // slots [0, len) are contiguous in the page
-        u64 dst = (u64)start * tok_stride + i * 8;
-        *(uint4*)(dense + dst) = *(const uint4*)(pool + src);
-        *(uint4*)(dense + dst + dense_v) = *(const uint4*)(pool + src + v_offset);
-    }
-}
-
-// The dense baseline inside a captured CUDA graph: like kv_gather_dense, but the page count is read
-// on the device (the grid covers every page the pool can show; blocks past it exit) and the dense
-// buffer has a fixed capacity, so V sits at a fixed offset. Block (0, 0) also writes the one-page
+// The dense baseline: dense [K|V][capacity][heads][64] <- the visible pages' valid tokens in
+// attention order. Graph-safe: the page count is read on the device (the grid covers every page the
+// pool can show; blocks past it exit) and the buffer has a fixed capacity, so V sits at a fixed
+// offset. Block (0, 0) also writes the one-page
 // table the attention kernel reads: [n_pages = 1, page 0, cum 0, kv_len].
-extern "C" __global__ void kv_gather_dense_fixed(const u16* __restrict__ pool, u16* __restrict__ dense,
+extern "C" __global__ void kv_gather_dense(const u16* __restrict__ pool, u16* __restrict__ dense,
                                                  const u32* __restrict__ indices,
                                                  const u32* __restrict__ cum,
                                                  const u32* __restrict__ n_pages_ptr, u32 page_size,
@@ -95,8 +47,8 @@ extern "C" __global__ void kv_gather_dense_fixed(const u16* __restrict__ pool, u
 }
 
 // A step's K and V into their pages, one thread per 16-byte chunk of the step's tokens: each
-// thread finds its token's run among the step's few runs (read on the device). Unlike
-// kv_write_runs, the grid covers only the tokens, not tokens x every run slot of the table.
+// thread finds its token's run among the step's few runs (read on the device), so the grid covers
+// the tokens only and a captured graph fits every step of the same token count.
 extern "C" __global__ void kv_write_tokens(const u16* __restrict__ k, const u16* __restrict__ v,
                                            u16* __restrict__ pool, const u32* __restrict__ runs,
                                            const u32* __restrict__ n_runs_ptr, u32 tokens,

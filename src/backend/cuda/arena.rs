@@ -54,13 +54,13 @@ impl<T> DevPtr<T> {
         }
     }
 
-    /// The address of a cudarc allocation. The slice must outlive the pointer; event tracking
+    /// The address of a cudarc allocation or view. It must outlive the pointer; event tracking
     /// must be off for the context (the model turns it off) or the caller must order work itself.
-    pub fn of(slice: &CudaSlice<T>) -> Self {
-        let (addr, _sync) = slice.device_ptr(slice.stream());
+    pub fn of<S: DevicePtr<T>>(buf: &S) -> Self {
+        let (addr, _sync) = buf.device_ptr(buf.stream());
         Self {
             addr,
-            len: slice.len(),
+            len: buf.len(),
             _elem: PhantomData,
         }
     }

@@ -267,13 +267,6 @@ pub fn paged_attention(
         dev.stream.memset_zeros(out)?;
         return Ok(0);
     }
-    // The wgmma kernel indexes within a page (K and V) with 32-bit offsets.
-    if 2 * kv.page_size as u64 * (heads * HEAD_DIM) as u64 >= 1 << 32 {
-        return Err(CudaError::Invalid(format!(
-            "a page of {} tokens x {heads} heads exceeds 2^32 elements",
-            kv.page_size
-        )));
-    }
     let q_tiles = lq.div_ceil(kernel.block_m());
     let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
     let n_splits = opts
@@ -291,57 +284,28 @@ pub fn paged_attention(
     // The kernel sizes the splits from the device's table; a split left without keys writes an
     // empty partial, which the combine ignores.
     ws.reserve(dev, lq, heads, n_splits)?;
-
-    let fwd = dev.kernels.get(kernel.entry())?;
-    // Above 48 KB of dynamic shared memory a kernel must opt in.
-    fwd.set_attribute(
-        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        kernel.smem_bytes() as i32,
-    )?;
-    let scale_log2 = (1.0 / (HEAD_DIM as f32).sqrt()) * std::f32::consts::LOG2_E;
-    let (lq32, heads32) = (lq as u32, heads as u32);
-    let ns32 = n_splits as u32;
-    let cfg = LaunchConfig {
-        grid_dim: (q_tiles as u32, ns32, heads32),
-        block_dim: (kernel.threads(), 1, 1),
-        shared_mem_bytes: kernel.smem_bytes(),
+    let raw = RawPagedKv {
+        pool: DevPtr::of(&kv.pool),
+        page_size: kv.page_size,
+        indices: DevPtr::of(&kv.indices),
+        cum: DevPtr::of(&kv.cum),
+        n_pages: DevPtr::of(&kv.n_pages),
     };
-    let mut b = dev.stream.launch_builder(fwd);
-    b.arg(q)
-        .arg(&mut *out)
-        .arg(&mut ws.part_o)
-        .arg(&mut ws.part_lse)
-        .arg(&kv.pool)
-        .arg(&kv.page_size)
-        .arg(&kv.indices)
-        .arg(&kv.cum)
-        .arg(&kv.n_pages)
-        .arg(&lq32)
-        .arg(&heads32)
-        .arg(&ns32)
-        .arg(&scale_log2);
-    // SAFETY: arguments match both attention kernels; sizes checked above; the page table was
-    // validated against the pool when uploaded.
-    unsafe { b.launch(cfg) }?;
-
-    if n_splits > 1 {
-        let combine = dev.kernels.get("attention_combine")?;
-        let threads = lq * heads * (HEAD_DIM / 2);
-        let cfg = LaunchConfig {
-            grid_dim: (threads.div_ceil(256) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = dev.stream.launch_builder(combine);
-        b.arg(&ws.part_o)
-            .arg(&ws.part_lse)
-            .arg(out)
-            .arg(&lq32)
-            .arg(&heads32)
-            .arg(&ns32);
-        // SAFETY: arguments match attention_combine; the workspace holds n_splits planes.
-        unsafe { b.launch(cfg) }?;
-    }
+    let raw_ws = RawWorkspace {
+        part_o: DevPtr::of(&ws.part_o),
+        part_lse: DevPtr::of(&ws.part_lse),
+    };
+    paged_attention_raw(
+        dev,
+        kernel,
+        DevPtr::of(q),
+        DevPtr::of(&*out),
+        &raw,
+        lq,
+        heads,
+        n_splits,
+        raw_ws,
+    )?;
     Ok(n_splits)
 }
 
@@ -373,10 +337,13 @@ pub fn cache_attention(
 /// `[K|V][kv_len][heads][64]` buffer (one gather kernel, like `torch.cat` of the per-frame
 /// tensors), then attended as a single page.
 pub struct DenseBaseline {
+    /// `[K|V][capacity][heads][64]`: the contiguous buffer as one page of `capacity` slots.
     buf: CudaSlice<bf16>,
-    /// `[n_pages 1][index 0][cum 0, kv_len]`: the contiguous buffer as one page.
+    capacity: usize,
+    /// `[n_pages 1][index 0][cum 0, kv_len]`, written by the gather on the device.
     table: CudaSlice<u32>,
-    table_kv_len: u32,
+    /// Visible keys of the last concatenation (sizes the key splits).
+    kv_len: u32,
 }
 
 impl DenseBaseline {
@@ -385,55 +352,28 @@ impl DenseBaseline {
             buf: dev
                 .stream
                 .alloc_zeros::<bf16>((2 * max_tokens * heads * HEAD_DIM).max(1))?,
+            capacity: max_tokens,
             table: dev.stream.alloc_zeros::<u32>(4)?,
-            table_kv_len: 0,
+            kv_len: 0,
         })
     }
 
-    /// Concatenates `layer`'s visible keys into the contiguous buffer.
+    /// Concatenates `layer`'s visible keys into the contiguous buffer (the same gather the GPU
+    /// model's dense layout runs inside its graph).
     pub fn concat(
         &mut self,
         dev: &CudaDevice,
         cache: &DeviceKvCache,
         layer: usize,
     ) -> Result<(), CudaError> {
-        let g = *cache.geometry();
-        let kv_len = cache.kv_len();
-        if self.buf.len() < 2 * kv_len as usize * g.heads * HEAD_DIM {
-            return Err(CudaError::Invalid(format!(
-                "dense buffer too small for {kv_len} keys"
-            )));
-        }
-        if self.table_kv_len != kv_len {
-            dev.stream
-                .memcpy_htod(&[1u32, 0, 0, kv_len], &mut self.table)?;
-            self.table_kv_len = kv_len;
-        }
-        if cache.n_pages() == 0 {
-            return Ok(());
-        }
-        let f = dev.kernels.get("kv_gather_dense")?;
-        let chunks_per_page = g.page_size * g.heads * HEAD_DIM / 8;
-        let blocks = chunks_per_page.div_ceil(256).clamp(1, 1024) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, cache.n_pages() as u32, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let (n_pages, page_size, heads) =
-            (cache.n_pages() as u32, g.page_size as u32, g.heads as u32);
-        let pool = cache.pool(layer)?;
-        let (indices, cum) = (cache.indices(), cache.cum());
-        let mut b = dev.stream.launch_builder(f);
-        b.arg(pool)
-            .arg(&mut self.buf)
-            .arg(&indices)
-            .arg(&cum)
-            .arg(&n_pages)
-            .arg(&page_size)
-            .arg(&heads);
-        // SAFETY: arguments match kv_gather_dense; the buffer holds kv_len tokens (checked).
-        unsafe { b.launch(cfg) }?;
+        cache.gather_dense_raw(
+            dev,
+            layer,
+            DevPtr::of(&self.buf),
+            self.capacity,
+            DevPtr::of(&self.table),
+        )?;
+        self.kv_len = cache.kv_len();
         Ok(())
     }
 
@@ -451,11 +391,11 @@ impl DenseBaseline {
     ) -> Result<usize, CudaError> {
         let kv = PagedKv {
             pool: self.buf.as_view(),
-            page_size: self.table_kv_len,
+            page_size: self.capacity as u32,
             indices: self.table.slice(1..2),
             cum: self.table.slice(2..4),
             n_pages: self.table.slice(0..1),
-            kv_len: self.table_kv_len,
+            kv_len: self.kv_len,
         };
         paged_attention(dev, q, out, &kv, lq, heads, opts, ws)
     }
@@ -503,6 +443,13 @@ pub fn paged_attention_raw(
     let elems = lq * heads * HEAD_DIM;
     q.check_len(elems, "attention q")?;
     out.check_len(elems, "attention out")?;
+    // The wgmma kernel indexes within a page (K and V) with 32-bit offsets.
+    if 2 * kv.page_size as u64 * (heads * HEAD_DIM) as u64 >= 1 << 32 {
+        return Err(CudaError::Invalid(format!(
+            "a page of {} tokens x {heads} heads exceeds 2^32 elements",
+            kv.page_size
+        )));
+    }
     let n_splits = n_splits.max(1);
     if n_splits > 1 {
         let (o, l) = RawWorkspace::elems(lq, heads, n_splits);

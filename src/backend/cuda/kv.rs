@@ -332,67 +332,16 @@ impl DeviceKvCache {
     /// Writes this step's K and V (`[tokens][heads][64]` bf16) of `layer` into their pages, per the
     /// runs of the last upload. `tokens` is the number of rows in `k`/`v`.
     pub fn write_layer(
-        &mut self,
+        &self,
         dev: &CudaDevice,
         layer: usize,
         k: &CudaSlice<bf16>,
         v: &CudaSlice<bf16>,
         tokens: usize,
     ) -> Result<(), CudaError> {
-        if self.n_runs == 0 {
-            return Ok(());
-        }
-        let g = self.geometry;
-        let row = g.heads * g.head_dim;
-        if k.len() < tokens * row || v.len() < tokens * row {
-            return Err(CudaError::Invalid(
-                "k/v shorter than tokens x heads x head_dim".into(),
-            ));
-        }
-        let n = self.n_runs;
-        let first_run = HEADER + 2 * g.max_pages + 1;
-        let host_runs = &self.host_table[first_run..first_run + 4 * n];
-        if let Some(r) = host_runs
-            .chunks(4)
-            .find(|r| r[0] as usize + r[3] as usize > tokens)
-        {
-            return Err(CudaError::Invalid(format!(
-                "write run {r:?} reads past {tokens} tokens"
-            )));
-        }
-        // Sized by the step's tokens, not its runs, and over the table's whole run capacity (the
-        // kernel reads the run count): a captured graph then fits every later step of this size.
-        let chunks = tokens * row / 8;
-        let threads = 256u32;
-        let blocks = chunks.div_ceil(threads as usize).clamp(1, 4096) as u32;
-        let (page_size, heads) = (g.page_size as u32, g.heads as u32);
-        let f = dev.kernels.get("kv_write_runs")?;
-        let runs = self.table.slice(first_run..);
-        let n_runs = self.table.slice(1..2);
-        let pool = self
-            .pools
-            .get_mut(layer)
-            .ok_or_else(|| CudaError::Invalid(format!("layer {layer} out of range")))?;
-        let cfg = LaunchConfig {
-            grid_dim: (blocks, self.run_capacity as u32, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = dev.stream.launch_builder(f);
-        b.arg(k)
-            .arg(v)
-            .arg(pool)
-            .arg(&runs)
-            .arg(&n_runs)
-            .arg(&page_size)
-            .arg(&heads);
-        // SAFETY: argument list matches kv_write_runs; runs were validated against the pool and
-        // the token count above.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        self.write_layer_raw(dev, layer, DevPtr::of(k), DevPtr::of(v), tokens)
     }
 
-    /// The runs of the last upload, as the device sees them (tests).
     /// The table and pool of `layer` as raw addresses (the GPU model's graph-capturable form).
     pub fn raw_keys(&self, layer: usize) -> Result<super::attention::RawPagedKv, CudaError> {
         let g = self.geometry;
@@ -484,7 +433,7 @@ impl DeviceKvCache {
             )));
         }
         let keys = self.raw_keys(layer)?;
-        let f = dev.kernels.get("kv_gather_dense_fixed")?;
+        let f = dev.kernels.get("kv_gather_dense")?;
         let chunks_per_page = g.page_size * row / 8;
         let cfg = LaunchConfig {
             grid_dim: (
@@ -514,7 +463,7 @@ impl DeviceKvCache {
             .arg(&heads)
             .arg(&cap)
             .arg(&tab);
-        // SAFETY: arguments match kv_gather_dense_fixed; the buffer holds `capacity` tokens of K
+        // SAFETY: arguments match kv_gather_dense; the buffer holds `capacity` tokens of K
         // and of V (checked) and the kernel skips pages past it.
         unsafe { b.launch(cfg) }?;
         Ok(super::attention::RawPagedKv {

@@ -52,12 +52,7 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "kv_cache",
         source: include_str!("../../../kernels/kv_cache.cu"),
-        functions: &[
-            "kv_write_runs",
-            "kv_write_tokens",
-            "kv_gather_dense",
-            "kv_gather_dense_fixed",
-        ],
+        functions: &["kv_write_tokens", "kv_gather_dense"],
         hopper_only: false,
     },
     KernelSource {
