@@ -71,6 +71,24 @@ fn lt_err(what: &str, e: cudarc::cublaslt::result::CublasError) -> CudaError {
     CudaError::Invalid(format!("cuBLASLt {what}: {e:?}"))
 }
 
+/// Errors unless `x` holds `[m][k]`, `w` `[n][k]`, `bias` `[n]` and `y` `[m][n]` elements.
+fn check_shapes<A, B>(
+    x: DevPtr<bf16>,
+    w: DevPtr<bf16>,
+    bias: Option<DevPtr<B>>,
+    y: DevPtr<A>,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<(), CudaError> {
+    if let Some(b) = bias {
+        b.check_len(n, "linear bias")?;
+    }
+    x.check_len(m * k, "linear input")?;
+    w.check_len(n * k, "linear weight")?;
+    y.check_len(m * n, "linear output")
+}
+
 /// One cuBLASLt handle bound to the device's stream, its workspace and the plan cache.
 pub struct Gemm {
     handle: sys::cublasLtHandle_t,
@@ -134,12 +152,7 @@ impl Gemm {
                 "linear {m}x{n}x{k}: epilogue {epilogue:?} needs a bias"
             )));
         }
-        if let Some(b) = bias {
-            b.check_len(n, "linear bias")?;
-        }
-        x.check_len(m * k, "linear input")?;
-        w.check_len(n * k, "linear weight")?;
-        y.check_len(m * n, "linear output")?;
+        check_shapes(x, w, bias, y, m, n, k)?;
         let key = PlanKey {
             m,
             n,
@@ -174,12 +187,7 @@ impl Gemm {
         n: usize,
         k: usize,
     ) -> Result<(), CudaError> {
-        if let Some(b) = bias {
-            b.check_len(n, "linear bias")?;
-        }
-        x.check_len(m * k, "linear input")?;
-        w.check_len(n * k, "linear weight")?;
-        y.check_len(m * n, "linear output")?;
+        check_shapes(x, w, bias, y, m, n, k)?;
         let key = PlanKey {
             m,
             n,

@@ -575,12 +575,17 @@ impl GpuSession {
         let plan = self
             .table
             .begin_step(frames.clone(), kind)
-            .map_err(cache_err)?
-            .clone();
+            .map_err(cache_err)?;
+        // The plan is borrowed from the table, not copied: the upload is the only reader.
+        let uploaded = self
+            .kv
+            .set_step_scalars(&[committed as u32, committed as u32])
+            .and_then(|_| self.kv.upload_step(&self.dev, plan));
+        if let Err(e) = uploaded {
+            let _ = self.table.abort_step();
+            return Err(e);
+        }
         let result = (|| {
-            self.kv
-                .set_step_scalars(&[committed as u32, committed as u32])?;
-            self.kv.upload_step(&self.dev, &plan)?;
             let image_clock = Instant::now();
             upload_raw(&self.dev, images, self.bufs.image)?;
             let image_upload_ms = image_clock.elapsed().as_secs_f64() * 1e3;
