@@ -12,13 +12,12 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::model_source;
 use crate::attention::AttentionLayout;
 use crate::capture::{
     CameraRequest, CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene,
     SyntheticSource, Webcam, list_cameras,
 };
-use crate::model::weights::WeightStore;
-use crate::model::{GctModel, ModelConfig};
 use crate::pipeline::{
     Control, Delivery, FrameModel, FrameResult, KeyframePolicy, KeyframeRule, KeyframeScheduler,
     OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary, PointFilter,
@@ -367,44 +366,22 @@ fn pipeline_config(args: &RunArgs) -> anyhow::Result<PipelineConfig> {
 }
 
 fn load_model(args: &RunArgs) -> anyhow::Result<Arc<dyn FrameModel>> {
-    let file_cfg = args
-        .model_config
-        .as_deref()
-        .map(ModelConfig::from_json_file)
-        .transpose()?;
-    let (cfg, store) = match (&args.random_weights, &args.weights) {
+    let config = model_source::config_file(args.model_config.as_deref())?;
+    let model = match (&args.random_weights, &args.weights) {
         (Some(_), Some(_)) => bail!("give either --weights or --random-weights, not both"),
-        (Some(preset), None) => {
-            let cfg = match (preset.as_str(), file_cfg) {
-                (_, Some(c)) => c,
-                ("tiny", None) => ModelConfig::tiny(),
-                ("full", None) => ModelConfig::default(),
-                (other, None) => {
-                    bail!("unknown --random-weights preset `{other}` (use full or tiny)")
-                }
-            };
-            let store = crate::model::weights::random::random_store(&cfg, 0)?;
-            (cfg, store)
-        }
+        (Some(preset), None) => model_source::random_model(preset, config)?,
         (None, Some(path)) => {
             let path = if path.as_os_str() == "hf" {
                 crate::model::weights::hub::download_default()?
             } else {
                 path.clone()
             };
-            let store = WeightStore::load(&path)?;
-            let cfg = match file_cfg {
-                Some(c) => c,
-                // No config given: every size the tensors fix comes from the weights.
-                None => ModelConfig::default().infer_from_weights(&store)?,
-            };
-            (cfg, store)
+            model_source::checkpoint_model(&path, config)?
         }
         (None, None) => bail!(
             "no model: give --weights FILE (or `hf`) with --model-config, or --random-weights full|tiny"
         ),
     };
-    let model = GctModel::from_store(cfg, store)?;
     super::backend_choice::frame_model(model, args.backend)
 }
 

@@ -14,13 +14,12 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use crossbeam_channel::{Receiver, Sender, bounded, select, tick, unbounded};
 
+use super::model_source;
 use crate::attention::AttentionLayout;
 use crate::capture::{
     CameraRequest, CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene,
     SyntheticSource, Webcam, list_cameras,
 };
-use crate::model::weights::WeightStore;
-use crate::model::{GctModel, ModelConfig};
 use crate::pipeline::{
     Control, Delivery, FrameModel, KeyframePolicy, KeyframeRule, Outputs, Pipeline, PipelineConfig,
     PipelineEvent, PointFilter,
@@ -501,31 +500,19 @@ fn pipeline_config(args: &ViewArgs) -> anyhow::Result<PipelineConfig> {
 
 /// The model to run and, for random weights, the notice the viewer must keep on screen.
 fn load_model(args: &ViewArgs) -> anyhow::Result<(Arc<dyn FrameModel>, Option<String>)> {
-    let file_cfg = args
-        .model_config
-        .as_deref()
-        .map(ModelConfig::from_json_file)
-        .transpose()?;
-    let random = |preset: &str,
-                  why: &str|
-     -> anyhow::Result<(Arc<dyn FrameModel>, Option<String>)> {
-        let cfg = match (preset, file_cfg.clone()) {
-            (_, Some(c)) => c,
-            ("tiny", None) => ModelConfig::tiny(),
-            ("full", None) => ModelConfig::default(),
-            (other, None) => bail!("unknown --random-weights preset `{other}` (use full or tiny)"),
-        };
-        let store = crate::model::weights::random::random_store(&cfg, 0)?;
-        let model = GctModel::from_store(cfg, store)?;
-        let notice = format!(
-            "RANDOM WEIGHTS ({preset} model): {why}. The geometry shown is meaningless; \
+    let config = model_source::config_file(args.model_config.as_deref())?;
+    let random =
+        |preset: &str, why: &str| -> anyhow::Result<(Arc<dyn FrameModel>, Option<String>)> {
+            let model = model_source::random_model(preset, config.clone())?;
+            let notice = format!(
+                "RANDOM WEIGHTS ({preset} model): {why}. The geometry shown is meaningless; \
              pass --weights FILE for a real reconstruction."
-        );
-        Ok((
-            super::backend_choice::frame_model(model, args.backend)?,
-            Some(notice),
-        ))
-    };
+            );
+            Ok((
+                super::backend_choice::frame_model(model, args.backend)?,
+                Some(notice),
+            ))
+        };
     if let Some(preset) = &args.random_weights {
         if args.weights.is_some() {
             bail!("give either --weights or --random-weights, not both");
@@ -542,12 +529,7 @@ fn load_model(args: &ViewArgs) -> anyhow::Result<(Arc<dyn FrameModel>, Option<St
             Err(e) => return random("tiny", &format!("no checkpoint ({e})")),
         },
     };
-    let store = WeightStore::load(&path).with_context(|| format!("loading {}", path.display()))?;
-    let cfg = match file_cfg {
-        Some(c) => c,
-        None => ModelConfig::default().infer_from_weights(&store)?,
-    };
-    let model = GctModel::from_store(cfg, store)?;
+    let model = model_source::checkpoint_model(&path, config)?;
     Ok((
         super::backend_choice::frame_model(model, args.backend)?,
         None,
