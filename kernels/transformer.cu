@@ -439,3 +439,70 @@ layer_norm_rows_1024(const float* __restrict__ x, u32 rows, const float* __restr
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// LayerScale residual fused with the LayerNorm that always follows it (a block's second norm, or
+// the next block's first): x[r] += gamma * y[r], then out[r] = LN(x[r]) in bf16. One warp per
+// 1024-wide row as layer_norm_rows_1024; the updated row stays in registers for the statistics,
+// so x is read once instead of twice and one launch disappears. Same arithmetic, in the same
+// order, as residual_add_scaled_x4 followed by layer_norm_rows_1024 (bit-identical results).
+extern "C" __global__ void __launch_bounds__(32 * LN1K_ROWS_PER_CTA)
+residual_layer_norm_1024(float* __restrict__ x, const u16* __restrict__ y,
+                         const float* __restrict__ gamma, u32 rows,
+                         const float* __restrict__ weight, const float* __restrict__ bias,
+                         float eps, u16* __restrict__ out) {
+    const u32 lane = threadIdx.x & 31;
+    const u64 row = (u64)blockIdx.x * LN1K_ROWS_PER_CTA + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    float4* xr = (float4*)(x + row * LN1K_COLS);
+    const uint2* yr = (const uint2*)(y + row * LN1K_COLS);
+    const float4* g4 = (const float4*)gamma;
+    float4 v[8];
+    uint2 w8[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        v[k] = xr[lane + 32 * k];
+        w8[k] = yr[lane + 32 * k];
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const float4 g = g4[lane + 32 * k];
+        v[k].x += g.x * lo_f32(w8[k].x);
+        v[k].y += g.y * hi_f32(w8[k].x);
+        v[k].z += g.z * lo_f32(w8[k].y);
+        v[k].w += g.w * hi_f32(w8[k].y);
+        xr[lane + 32 * k] = v[k];
+        sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float mean = sum / (float)LN1K_COLS;
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const float a = v[k].x - mean, b = v[k].y - mean, c = v[k].z - mean, d = v[k].w - mean;
+        sq += (a * a + b * b) + (c * c + d * d);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    const float inv = 1.f / sqrtf(sq / (float)LN1K_COLS + eps);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const u32 c0 = 4 * (lane + 32 * k);
+        float o[4] = {(v[k].x - mean) * inv, (v[k].y - mean) * inv, (v[k].z - mean) * inv,
+                      (v[k].w - mean) * inv};
+        if (weight) {
+            const float4 w = *(const float4*)(weight + c0);
+            o[0] *= w.x; o[1] *= w.y; o[2] *= w.z; o[3] *= w.w;
+        }
+        if (bias) {
+            const float4 bb = *(const float4*)(bias + c0);
+            o[0] += bb.x; o[1] += bb.y; o[2] += bb.z; o[3] += bb.w;
+        }
+        uint2 packed;
+        packed.x = (u32)f32_to_bf16(o[0]) | ((u32)f32_to_bf16(o[1]) << 16);
+        packed.y = (u32)f32_to_bf16(o[2]) | ((u32)f32_to_bf16(o[3]) << 16);
+        *(uint2*)(out + row * LN1K_COLS + c0) = packed;
+    }
+}

@@ -297,6 +297,75 @@ fn residual_add_scaled_matches_cpu() {
 }
 
 #[test]
+fn residual_layer_norm_equals_the_two_kernels() {
+    let Some(dev) = device() else { return };
+    let mut rng = StdRng::seed_from_u64(3);
+    // The fused 1024-wide kernel (with and without affine), then the two-kernel fallback width.
+    for (rows, cols, affine) in [(TOKENS_PER_FRAME, C, true), (37, C, false), (9, 1000, true)] {
+        let resid = random(&mut rng, rows * cols, -3.0, 3.0);
+        let y = random_bf16(&mut rng, rows * cols, -2.0, 2.0);
+        let gamma = random(&mut rng, cols, -0.2, 0.2);
+        let weight = affine.then(|| random(&mut rng, cols, 0.5, 1.5));
+        let bias = affine.then(|| random(&mut rng, cols, -0.5, 0.5));
+        let (yd, gd) = (up(&dev, &y), up(&dev, &gamma));
+        let wd = weight.as_ref().map(|w| up(&dev, w));
+        let bd = bias.as_ref().map(|b| up(&dev, b));
+        let eps = 1e-6;
+
+        let separate_x = up(&dev, &resid);
+        let separate_out = dev.stream.alloc_zeros::<bf16>(rows * cols).unwrap();
+        ops::residual_add_scaled(
+            &dev,
+            DevPtr::of(&separate_x),
+            DevPtr::of(&yd),
+            DevPtr::of(&gd),
+            rows,
+            cols,
+        )
+        .unwrap();
+        ops::layer_norm(
+            &dev,
+            DevPtr::of(&separate_x),
+            rows,
+            cols,
+            wd.as_ref().map(DevPtr::of),
+            bd.as_ref().map(DevPtr::of),
+            eps,
+            LnOut::Bf16(DevPtr::of(&separate_out)),
+        )
+        .unwrap();
+
+        let fused_x = up(&dev, &resid);
+        let fused_out = dev.stream.alloc_zeros::<bf16>(rows * cols).unwrap();
+        ops::residual_layer_norm(
+            &dev,
+            DevPtr::of(&fused_x),
+            DevPtr::of(&yd),
+            DevPtr::of(&gd),
+            rows,
+            cols,
+            wd.as_ref().map(DevPtr::of),
+            bd.as_ref().map(DevPtr::of),
+            eps,
+            DevPtr::of(&fused_out),
+        )
+        .unwrap();
+        let what = format!("residual_layer_norm {rows}x{cols} affine={affine}");
+        assert_eq!(
+            down(&dev, &fused_x),
+            down(&dev, &separate_x),
+            "{what}: residual"
+        );
+        let (a, b) = (down(&dev, &fused_out), down(&dev, &separate_out));
+        assert!(a.iter().any(|v| v.to_f32() != 0.0), "{what}: no output");
+        assert!(
+            a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+            "{what}: the fused norm differs from the two kernels"
+        );
+    }
+}
+
+#[test]
 fn gelu_erf_matches_cpu() {
     let Some(dev) = device() else { return };
     let mut rng = StdRng::seed_from_u64(3);

@@ -92,6 +92,9 @@ pub struct BenchArgs {
     /// e2e: the kernel of the frame-local attention (DINO and frame blocks); default as --kernel.
     #[arg(long)]
     pub local_kernel: Option<String>,
+    /// e2e: take cuBLASLt's first guess for every GEMM shape instead of timing its candidates.
+    #[arg(long)]
+    pub gemm_heuristic: bool,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -116,6 +119,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                     .map(parse_kernel_name)
                     .transpose()?,
                 profile_frames: args.profile_frames,
+                gemm_heuristic: args.gemm_heuristic,
                 json: args.json.clone(),
                 device: args.device,
             })

@@ -12,6 +12,7 @@ use anyhow::{Context, bail};
 use serde::Serialize;
 
 use crate::backend::cuda::AttentionKernel;
+use crate::backend::cuda::gemm::Tuning;
 use crate::gpu_model::engine::{DeviceMemory, GpuModel, SessionConfig};
 use crate::gpu_model::transformer::GeluMode;
 use crate::model::{GctModel, ModelConfig};
@@ -28,6 +29,7 @@ pub struct E2eArgs {
     pub kernel: Option<AttentionKernel>,
     pub local_kernel: Option<AttentionKernel>,
     pub profile_frames: usize,
+    pub gemm_heuristic: bool,
     pub json: Option<PathBuf>,
     pub device: usize,
 }
@@ -79,7 +81,21 @@ struct Report {
     stages_ms: Vec<(String, f64)>,
     device_memory: DeviceMemory,
     device_memory_used_bytes: Option<usize>,
+    gemm_tuning: Vec<GemmChoice>,
     frames: Vec<FrameTime>,
+}
+
+/// One GEMM shape whose cuBLASLt algorithm was chosen by timing.
+#[derive(Debug, Serialize)]
+struct GemmChoice {
+    m: usize,
+    n: usize,
+    k: usize,
+    epilogue: String,
+    candidates: usize,
+    first_guess_ms: f64,
+    chosen_ms: f64,
+    chosen: usize,
 }
 
 fn parse_resolution(s: &str) -> anyhow::Result<(usize, usize)> {
@@ -167,6 +183,11 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
     sc.graphs = args.graphs;
     sc.download_maps = false;
     sc.dense = dense;
+    sc.gemm_tuning = if args.gemm_heuristic {
+        Tuning::Heuristic
+    } else {
+        Tuning::Measure
+    };
     let mut session = model.start(sc).map_err(|e| anyhow::anyhow!("{e}"))?;
     let setup_s = setup.elapsed().as_secs_f64();
     let images = synthetic_images(4, height, width);
@@ -282,6 +303,20 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
         stages_ms,
         device_memory: session.device_memory(),
         device_memory_used_bytes: model.device_memory_used(),
+        gemm_tuning: session
+            .gemm_tune_records()
+            .into_iter()
+            .map(|t| GemmChoice {
+                m: t.m,
+                n: t.n,
+                k: t.k,
+                epilogue: format!("{:?}", t.epilogue),
+                candidates: t.candidates,
+                first_guess_ms: t.first_ms,
+                chosen_ms: t.chosen_ms,
+                chosen: t.chosen,
+            })
+            .collect(),
         frames,
     };
     if let Some(path) = &args.json {
@@ -332,6 +367,25 @@ fn print_table(r: &Report) {
     }
     for (name, ms) in &r.stages_ms {
         println!("| stage {name} (eager, events) | {ms:.2} ms |");
+    }
+    // The shapes where timing beat the heuristic's first guess by more than a microsecond.
+    let gains: Vec<&GemmChoice> = r
+        .gemm_tuning
+        .iter()
+        .filter(|g| g.first_guess_ms - g.chosen_ms > 1e-3)
+        .collect();
+    if !r.gemm_tuning.is_empty() {
+        println!(
+            "| GEMM shapes timed / improved | {} / {} |",
+            r.gemm_tuning.len(),
+            gains.len()
+        );
+    }
+    for g in gains {
+        println!(
+            "| GEMM {}x{}x{} {}: first guess / chosen (#{} of {}) | {:.4} / {:.4} ms |",
+            g.m, g.n, g.k, g.epilogue, g.chosen, g.candidates, g.first_guess_ms, g.chosen_ms
+        );
     }
     let m = &r.device_memory;
     println!(

@@ -2,6 +2,7 @@
 //! blocks): `x += ls1 ⊙ proj(attn(LN1 x))`, `x += ls2 ⊙ fc2(GELU(fc1(LN2 x)))`, with the residual
 //! stream in f32 and every GEMM in bf16 with f32 accumulation. Only launches: graph-capturable.
 
+use cudarc::driver::CudaSlice;
 use half::bf16;
 
 use crate::backend::cuda::arena::{ArenaPlan, DevPtr};
@@ -12,7 +13,7 @@ use crate::backend::cuda::gemm::{Epilogue, Gemm};
 use crate::backend::cuda::ops::{self, LnOut, QkNorm, Rope};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache};
 
-use super::weights::GpuBlockWeights;
+use super::weights::{GpuBlockWeights, GpuLayerNorm};
 
 /// How the MLP's GELU is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +128,27 @@ impl AttentionSetup {
     }
 }
 
+/// How a block meets its neighbours in a chain of blocks over the same `x` and scratch: every
+/// residual is fused with the LayerNorm that follows it, across block boundaries too.
+#[derive(Clone, Copy, Default)]
+pub struct Chain<'a> {
+    /// `s.normed` already holds this block's `LN1(x)`: the previous block wrote it.
+    pub normed_in: bool,
+    /// The next block's first norm, fused into this block's last residual (its output lands in
+    /// `s.normed`); `None` for the last block of a chain.
+    pub next_norm1: Option<&'a GpuLayerNorm>,
+}
+
+impl<'a> Chain<'a> {
+    /// The links of block `i` of `blocks` (each yields its first norm).
+    pub fn link<T>(blocks: &'a [T], i: usize, norm1: impl Fn(&'a T) -> &'a GpuLayerNorm) -> Self {
+        Self {
+            normed_in: i > 0,
+            next_norm1: blocks.get(i + 1).map(norm1),
+        }
+    }
+}
+
 /// Runs block `w` on `x` (`[n][C]` f32, updated in place).
 #[allow(clippy::too_many_arguments)]
 pub fn block_forward(
@@ -139,10 +161,26 @@ pub fn block_forward(
     attend: Attend<'_>,
     setup: AttentionSetup,
     gelu: GeluMode,
+    chain: Chain<'_>,
 ) -> Result<(), CudaError> {
     let c = w.dim;
     let heads = w.heads;
-    let ln = |dev: &CudaDevice, norm: &super::weights::GpuLayerNorm| {
+    let residual_then = |dev: &CudaDevice, gamma: &CudaSlice<f32>, norm: &GpuLayerNorm| {
+        ops::residual_layer_norm(
+            dev,
+            x,
+            s.out,
+            DevPtr::of(gamma),
+            n,
+            c,
+            norm.weight_ptr(),
+            norm.bias_ptr(),
+            norm.eps,
+            s.normed,
+        )
+    };
+    if !chain.normed_in {
+        let norm = &w.norm1;
         ops::layer_norm(
             dev,
             x,
@@ -152,9 +190,8 @@ pub fn block_forward(
             norm.bias_ptr(),
             norm.eps,
             LnOut::Bf16(s.normed),
-        )
-    };
-    ln(dev, &w.norm1)?;
+        )?;
+    }
     gemm.linear(
         dev,
         s.normed,
@@ -260,8 +297,7 @@ pub fn block_forward(
         c,
         Epilogue::Bias,
     )?;
-    ops::residual_add_scaled(dev, x, s.out, DevPtr::of(&w.ls1), n, c)?;
-    ln(dev, &w.norm2)?;
+    residual_then(dev, &w.ls1, &w.norm2)?;
     let hidden = w.hidden;
     match (gelu, w.fc1.bias_ptr()) {
         (GeluMode::Fused, bias @ Some(_)) => gemm.linear(
@@ -304,6 +340,9 @@ pub fn block_forward(
         hidden,
         Epilogue::Bias,
     )?;
-    ops::residual_add_scaled(dev, x, s.out, DevPtr::of(&w.ls2), n, c)?;
+    match chain.next_norm1 {
+        Some(next) => residual_then(dev, &w.ls2, next)?,
+        None => ops::residual_add_scaled(dev, x, s.out, DevPtr::of(&w.ls2), n, c)?,
+    }
     Ok(())
 }

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::mem;
+use std::sync::{Arc, Mutex};
 
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
@@ -50,6 +51,38 @@ struct Plan {
     b: sys::cublasLtMatrixLayout_t,
     c: sys::cublasLtMatrixLayout_t,
     algo: sys::cublasLtMatmulAlgo_t,
+    /// The heuristic's candidates, best guess first (`algo` is one of them).
+    candidates: Vec<sys::cublasLtMatmulAlgo_t>,
+}
+
+/// How the algorithm of a new shape is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tuning {
+    /// cuBLASLt's first guess.
+    Heuristic,
+    /// Time the heuristic's candidates on the call's own buffers once, keep the fastest. At
+    /// M = 1005 the first guess is often a tile shape that leaves SMs idle.
+    Measure,
+}
+
+/// Candidates asked of the heuristic when measuring.
+const TUNING_CANDIDATES: usize = 16;
+/// Timed launches per candidate (after one untimed).
+const TUNING_REPS: usize = 5;
+
+/// What measuring chose for one shape.
+#[derive(Debug, Clone)]
+pub struct TuneRecord {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub epilogue: Epilogue,
+    pub candidates: usize,
+    /// Time of the heuristic's first guess and of the chosen one, ms per launch.
+    pub first_ms: f64,
+    pub chosen_ms: f64,
+    /// Position of the chosen algorithm in the heuristic's list.
+    pub chosen: usize,
 }
 
 impl Drop for Plan {
@@ -89,11 +122,45 @@ fn check_shapes<A, B>(
     y.check_len(m * n, "linear output")
 }
 
+/// Algorithms chosen by measuring, shared by the GEMM handles of one model (its sessions and
+/// their side streams): a shape is timed once per process, and two sessions of the same model
+/// run the very same kernels.
+#[derive(Clone, Default)]
+pub struct SharedChoices(Arc<Mutex<HashMap<PlanKey, sys::cublasLtMatmulAlgo_t>>>);
+
+// SAFETY: a cuBLASLt algorithm is plain data (an opaque array of integers) with no pointers.
+unsafe impl Send for SharedChoices {}
+unsafe impl Sync for SharedChoices {}
+
+impl SharedChoices {
+    fn get(&self, key: &PlanKey) -> Option<sys::cublasLtMatmulAlgo_t> {
+        self.0.lock().ok().and_then(|m| m.get(key).copied())
+    }
+
+    fn put(&self, key: PlanKey, algo: sys::cublasLtMatmulAlgo_t) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(key, algo);
+        }
+    }
+}
+
+/// The device addresses of one product.
+#[derive(Debug, Clone, Copy)]
+struct GemmArgs {
+    x: u64,
+    w: u64,
+    bias: Option<u64>,
+    y: u64,
+}
+
 /// One cuBLASLt handle bound to the device's stream, its workspace and the plan cache.
 pub struct Gemm {
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
     plans: HashMap<PlanKey, Plan>,
+    tuning: Tuning,
+    choices: SharedChoices,
+    records: Vec<TuneRecord>,
 }
 
 // SAFETY: the handle is only used through &mut self, on the one stream of its device.
@@ -129,7 +196,22 @@ impl Gemm {
             handle,
             workspace,
             plans: HashMap::new(),
+            tuning: Tuning::Heuristic,
+            choices: SharedChoices::default(),
+            records: Vec::new(),
         })
+    }
+
+    /// How shapes met from now on choose their algorithm; measured choices are read from and
+    /// added to `choices`.
+    pub fn set_tuning(&mut self, tuning: Tuning, choices: &SharedChoices) {
+        self.tuning = tuning;
+        self.choices = choices.clone();
+    }
+
+    /// What measuring chose, one record per measured shape.
+    pub fn tune_records(&self) -> &[TuneRecord] {
+        &self.records
     }
 
     /// `y = x · wᵀ (+ bias) (GELU)`; x `[m][k]`, w `[n][k]` (PyTorch's Linear layout), bias `[n]`,
@@ -222,10 +304,101 @@ impl Gemm {
             return Ok(());
         }
         if !self.plans.contains_key(&key) {
-            let plan = self.make_plan(key)?;
+            let mut plan = self.make_plan(key)?;
+            if self.tuning == Tuning::Measure {
+                if let Some(algo) = self.choices.get(&key) {
+                    plan.algo = algo;
+                } else if plan.candidates.len() > 1 {
+                    let args = GemmArgs { x, w, bias, y };
+                    if let Some(record) = self.measure(dev, key, &mut plan, args)? {
+                        self.records.push(record);
+                        self.choices.put(key, plan.algo);
+                    }
+                }
+            }
             self.plans.insert(key, plan);
         }
         let plan = &self.plans[&key];
+        self.launch(dev, key, plan, &plan.algo, GemmArgs { x, w, bias, y })
+    }
+
+    /// Times every candidate of `plan` on the call's buffers and keeps the fastest in
+    /// `plan.algo`. Skipped (None) while the stream is being captured into a graph, and when the
+    /// output overlaps an input (repeating the product would then change it).
+    fn measure(
+        &self,
+        dev: &CudaDevice,
+        key: PlanKey,
+        plan: &mut Plan,
+        args: GemmArgs,
+    ) -> Result<Option<TuneRecord>, CudaError> {
+        use cudarc::driver::sys::{CUevent_flags, CUstreamCaptureStatus};
+        if dev.stream.capture_status()? != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Ok(None);
+        }
+        let elem = match key.out {
+            OutType::Bf16 => 2u64,
+            OutType::F32 => 4,
+        };
+        let y_range = args.y..args.y + (key.m * key.n) as u64 * elem;
+        let overlaps =
+            |start: u64, len: usize| start < y_range.end && y_range.start < start + len as u64;
+        if overlaps(args.x, key.m * key.k * 2)
+            || overlaps(args.w, key.n * key.k * 2)
+            || args
+                .bias
+                .is_some_and(|b| overlaps(b, key.n * elem as usize))
+        {
+            return Ok(None);
+        }
+        let start = dev.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let end = dev.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let mut times = Vec::with_capacity(plan.candidates.len());
+        for algo in &plan.candidates {
+            // A candidate the library lists but cannot run on these pointers is skipped.
+            if self.launch(dev, key, plan, algo, args).is_err() {
+                times.push(f64::INFINITY);
+                continue;
+            }
+            start.record(&dev.stream)?;
+            for _ in 0..TUNING_REPS {
+                self.launch(dev, key, plan, algo, args)?;
+            }
+            end.record(&dev.stream)?;
+            end.synchronize()?;
+            times.push(start.elapsed_ms(&end)? as f64 / TUNING_REPS as f64);
+        }
+        let (chosen, chosen_ms) = times
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, f64::INFINITY));
+        if !chosen_ms.is_finite() {
+            return Ok(None);
+        }
+        plan.algo = plan.candidates[chosen];
+        Ok(Some(TuneRecord {
+            m: key.m,
+            n: key.n,
+            k: key.k,
+            epilogue: key.epilogue,
+            candidates: plan.candidates.len(),
+            first_ms: times[0],
+            chosen_ms,
+            chosen,
+        }))
+    }
+
+    fn launch(
+        &self,
+        dev: &CudaDevice,
+        key: PlanKey,
+        plan: &Plan,
+        algo: &sys::cublasLtMatmulAlgo_t,
+        args: GemmArgs,
+    ) -> Result<(), CudaError> {
+        let GemmArgs { x, w, bias, y } = args;
         let alpha = 1.0f32;
         let beta = 0.0f32;
         // SAFETY: the descriptors belong to this plan; pointers were length-checked by the callers;
@@ -254,7 +427,7 @@ impl Gemm {
                 plan.c,
                 y as *mut c_void,
                 plan.c,
-                (&plan.algo) as *const _,
+                algo as *const _,
                 ws as *mut c_void,
                 WORKSPACE_BYTES,
                 dev.stream.cu_stream() as *mut _,
@@ -295,6 +468,7 @@ impl Gemm {
             c,
             // SAFETY: plain old data, filled by the heuristic below before any use.
             algo: unsafe { mem::zeroed() },
+            candidates: Vec::new(),
         };
         let set = |attr, value: &i32| {
             // SAFETY: a 4-byte attribute of this descriptor.
@@ -334,24 +508,53 @@ impl Gemm {
         let pref = lt::create_matmul_pref().map_err(|e| lt_err("preference", e))?;
         let ws = WORKSPACE_BYTES;
         // SAFETY: descriptors created above; the preference is destroyed right after.
-        let heuristic = unsafe {
+        let wanted = match self.tuning {
+            Tuning::Heuristic => 1,
+            Tuning::Measure => TUNING_CANDIDATES,
+        };
+        // SAFETY: plain old data, written by the heuristic call.
+        let mut results: Vec<sys::cublasLtMatmulHeuristicResult_t> =
+            vec![unsafe { mem::zeroed() }; wanted];
+        let mut found = 0i32;
+        // SAFETY: descriptors created above; `results` holds `wanted` entries; the preference is
+        // destroyed right after.
+        let status = unsafe {
             let r = lt::set_matmul_pref_attribute(
                 pref,
                 sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                 (&ws) as *const usize as *const c_void,
                 mem::size_of::<usize>(),
             )
-            .and_then(|_| lt::get_matmul_algo_heuristic(self.handle, desc, a, b, c, c, pref));
+            .and_then(|_| {
+                sys::cublasLtMatmulAlgoGetHeuristic(
+                    self.handle,
+                    desc,
+                    a,
+                    b,
+                    c,
+                    c,
+                    pref,
+                    wanted as i32,
+                    results.as_mut_ptr(),
+                    &mut found,
+                )
+                .result()
+            });
             let _ = lt::destroy_matmul_pref(pref);
             r
-        }
-        .map_err(|e| {
-            lt_err(
-                &format!("no algorithm for {m}x{n}x{k} ({epilogue:?}, {out:?} output)"),
-                e,
-            )
-        })?;
-        plan.algo = heuristic.algo;
+        };
+        let no_algo = || format!("no algorithm for {m}x{n}x{k} ({epilogue:?}, {out:?} output)");
+        status.map_err(|e| lt_err(&no_algo(), e))?;
+        plan.candidates = results
+            .iter()
+            .take(found.max(0) as usize)
+            .filter(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+            .map(|r| r.algo)
+            .collect();
+        plan.algo = *plan
+            .candidates
+            .first()
+            .ok_or_else(|| CudaError::Invalid(format!("cuBLASLt: {}", no_algo())))?;
         Ok(plan)
     }
 }

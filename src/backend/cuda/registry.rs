@@ -75,6 +75,7 @@ pub const SOURCES: &[KernelSource] = &[
             "layer_norm_rows_1024",
             "residual_add_scaled",
             "residual_add_scaled_x4",
+            "residual_layer_norm_1024",
             "gelu_erf_bf16",
             "gelu_erf_bf16_x4",
             "add_bias_gelu_erf_bf16",

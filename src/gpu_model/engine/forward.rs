@@ -72,7 +72,7 @@ impl GpuSession {
             )?;
         }
         let dino_x = b.dino_x.slice(0, s * sh.dino_tokens * c)?;
-        for block in &w.dino.blocks {
+        for (i, block) in w.dino.blocks.iter().enumerate() {
             block_forward(
                 dev,
                 &mut self.gemm,
@@ -88,6 +88,7 @@ impl GpuSession {
                 },
                 self.local_setup,
                 self.sc.gelu,
+                Chain::link(&w.dino.blocks, i, |b| &b.norm1),
             )?;
         }
         let norm = &w.dino.norm;
@@ -156,6 +157,11 @@ impl GpuSession {
                 },
                 self.local_setup,
                 self.sc.gelu,
+                // Frame block g's norm1 came with global block g - 1's last residual.
+                Chain {
+                    normed_in: g > 0,
+                    next_norm1: Some(&gb.norm1),
+                },
             )?;
             let taps: Vec<usize> = (0..cfg.taps.len()).filter(|&i| cfg.taps[i] == g).collect();
             for &t in &taps {
@@ -182,6 +188,10 @@ impl GpuSession {
                 },
                 self.setup,
                 self.sc.gelu,
+                Chain {
+                    normed_in: true,
+                    next_norm1: w.frame_blocks.get(g + 1).map(|b| &b.norm1),
+                },
             )?;
             for &t in &taps {
                 ops::copy_rows(dev, x, c, b.taps[t].slice(c, n * 2 * c - c)?, 2 * c, n, c)?;

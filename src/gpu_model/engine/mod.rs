@@ -19,7 +19,7 @@ use half::bf16;
 
 use crate::backend::cuda::arena::{Arena, ArenaPlan, DevPtr};
 use crate::backend::cuda::attention::AttentionKernel;
-use crate::backend::cuda::gemm::{Epilogue, Gemm};
+use crate::backend::cuda::gemm::{Epilogue, Gemm, SharedChoices, TuneRecord, Tuning};
 use crate::backend::cuda::ops::{self, LnOut, Rope, RopeTables};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache, KvGeometry};
 use crate::kvcache::{CacheConfig, PageTable, SpecialPoolConfig, StepKind};
@@ -31,7 +31,7 @@ use crate::model::pose::{Camera, decode_pose};
 use super::camera_head::GpuCameraHead;
 use super::dpt_head::GpuDptHead;
 use super::transformer::{
-    Attend, AttentionSetup, BlockScratch, DenseScratch, GeluMode, block_forward,
+    Attend, AttentionSetup, BlockScratch, Chain, DenseScratch, GeluMode, block_forward,
 };
 use super::unproject::PointCompactor;
 use super::weights::GpuAggregatorWeights;
@@ -53,6 +53,8 @@ pub struct GpuModel {
     dev: Arc<CudaDevice>,
     cpu: Arc<GctModel>,
     weights: Arc<GpuAggregatorWeights>,
+    /// GEMM algorithms measured by any session of this model.
+    gemm_choices: SharedChoices,
 }
 
 /// Choices fixed for a session.
@@ -82,6 +84,8 @@ pub struct SessionConfig {
     /// The dense baseline: every global layer first concatenates its visible keys into one
     /// contiguous buffer (as `torch.cat` of per-frame tensors), then attends to it.
     pub dense: bool,
+    /// How each GEMM shape picks its cuBLASLt algorithm (measured once, in the first eager step).
+    pub gemm_tuning: Tuning,
 }
 
 impl SessionConfig {
@@ -100,6 +104,7 @@ impl SessionConfig {
             download_maps: true,
             profile_stages: false,
             dense: false,
+            gemm_tuning: Tuning::Measure,
         }
     }
 }
@@ -152,7 +157,12 @@ impl GpuModel {
         unsafe { dev.ctx.disable_event_tracking() };
         let weights = Arc::new(GpuAggregatorWeights::upload(&dev, &cpu.aggregator)?);
         dev.stream.synchronize()?;
-        Ok(Self { dev, cpu, weights })
+        Ok(Self {
+            dev,
+            cpu,
+            weights,
+            gemm_choices: SharedChoices::default(),
+        })
     }
 
     pub fn device(&self) -> &Arc<CudaDevice> {
@@ -319,9 +329,11 @@ impl GpuSession {
         let mut kv = DeviceKvCache::new(&dev, geometry, 4 * shape.max_call + 8)?;
         kv.freeze();
 
-        let gemm = Gemm::new(&dev)?;
+        let mut gemm = Gemm::new(&dev)?;
+        gemm.set_tuning(sc.gemm_tuning, &model.gemm_choices);
         let side = dev.with_new_stream()?;
-        let side_gemm = Gemm::new(&side)?;
+        let mut side_gemm = Gemm::new(&side)?;
+        side_gemm.set_tuning(sc.gemm_tuning, &model.gemm_choices);
         let rope = RopeTables::new(&dev, cfg.max_frame_num, grid_h, grid_w)?;
         let camera =
             GpuCameraHead::upload(&dev, &model.cpu.camera_head, shape.max_call, sc.max_frames)?;
@@ -464,6 +476,13 @@ impl GpuSession {
             aggregator_weight_bytes: self.weights.bytes(),
             camera_cache_bytes: self.camera.cache_bytes(),
         }
+    }
+
+    /// What GEMM tuning chose (main stream, then the camera head's side stream).
+    pub fn gemm_tune_records(&self) -> Vec<TuneRecord> {
+        let mut all = self.gemm.tune_records().to_vec();
+        all.extend_from_slice(self.side_gemm.tune_records());
+        all
     }
 
     pub fn committed_frames(&self) -> u64 {
