@@ -40,6 +40,13 @@
 // is ~15-19 % faster than ws_n192 (1 split: 1.5x the rows in 1.26x the time), but 1005 queries
 // make 6 tiles of 192 (the last one 45 rows) = 96 CTAs for 132 SMs, and the wave quantisation
 // (4 splits: 384 CTAs in 3 waves) plus the combine take that back at 72/72.
+//
+// Tail-split (ws_m192t, always 3 key splits): a last query tile of 1..64 valid rows (1005 = 5 x
+// 192 + 45) runs in split 0's CTA alone (splits 1 and 2 return at once); its three consumers load
+// the same 64 rows and take the key tiles round-robin over the whole key range (consumer c: tiles
+// t = c mod 3, written as split c; the combine's log-sum-exp merge does not need contiguous
+// splits). Every working CTA then costs the same: 1005 x 16 heads = 16 x (5 x 3 + 1) = 256 CTAs,
+// two waves on 132 SMs, against 384 in three with 4 splits. Not yet timed.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -60,6 +67,10 @@ typedef unsigned long long u64;
 #define WS_REGS 1
 #define WS_NOINC 2
 #define WS_NOCOPY 4
+//   WS_TAIL   tail-split (three consumers, launched with exactly 3 key splits): a last query tile
+//             of 1..64 valid rows is worked by split 0's CTA alone, its three consumers on the
+//             same 64 rows, each over every third key tile of the whole key range (read ws_body).
+#define WS_TAIL 8
 // Bytes of the Q tile of NC consumers (the K/V ring and its barriers follow it).
 #define WS_Q_BYTES(NC) ((NC) * WS_WG_ROWS * HEAD_DIM * 2)
 // Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
@@ -356,14 +367,15 @@ template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS, int NC>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, u32 lq, u32 heads, u32 n_splits,
     float scale_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
-    u32 warp, u32 q0, u32 split, u32 h, u32 n_tiles, u32 kv_begin, u32 kv_end) {
+    u32 warp, u32 q0, u32 split, u32 h, u32 n_tiles, u32 kv_begin, u32 kv_end, bool tail) {
 
     const u32 ctid = tid & 127;
 #pragma unroll
     for (int i = 0; i < (64 * ROW_CHUNKS) / 128; ++i) {
         const u32 chunk = ctid + i * 128;
         const u32 r = c * 64 + (chunk >> 3), ch = chunk & 7;
-        const u32 row = q0 + r;
+        // Tail mode: every consumer loads the same 64 rows (into its own slot of the Q tile).
+        const u32 row = q0 + (tail ? (chunk >> 3) : r);
         const bool ok = row < lq;
         const u16* src = q + ((u64)(ok ? row : 0) * heads + h) * HEAD_DIM + ch * 8;
         cp_async_16(smem_addr(sq + swz(r, ch) * 8), src, ok);
@@ -375,7 +387,15 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     // With three consumers (192 rows) the last query tile is mostly padding (1005 = 5 x 192 + 45):
     // a warpgroup without a single valid row keeps the barrier protocol (turns, full/empty) but
     // skips its products and softmax, so the tile's one working warpgroup has the tensor cores.
-    const bool active = NC == 2 || q0 + c * WS_WG_ROWS < lq;
+    const bool active = NC == 2 || tail || q0 + c * WS_WG_ROWS < lq;
+    // This consumer's j-th key tile is ring entry (and key tile) j * e_mul + e_add: every tile of
+    // the split, or in tail mode (n_tiles = all kv_tiles, kv_begin = 0, kv_end = kv_len) the
+    // tiles t = 3 j + c, my_tiles of them. Tail mode: every consumer takes `turns` turns (the
+    // largest count + 1), padding with protocol-only turns after its own sections.
+    const u32 e_mul = tail ? NC : 1;
+    const u32 e_add = tail ? c : 0;
+    const u32 my_tiles = tail ? (n_tiles > c ? (n_tiles - c + NC - 1) / NC : 0) : n_tiles;
+    const u32 turns = tail && n_tiles > 0 ? (n_tiles + NC - 1) / NC + 1 : 0;
 
     float o_acc[32];
     float s[BN / 2];
@@ -398,7 +418,23 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     // front and skips the arrive after its last section (nobody would wait for it).
     const u32 my_turn = 1 + c;
     const u32 other_turn = 1 + (c + 1) % NC;
+    // Tail mode: a ring entry i is consumed by consumer i % 3 alone (the `empty` barriers count
+    // one warpgroup), and consumer c waits on `full` slot i % STAGES with parity (i / STAGES) & 1
+    // for its entries i = 3 j + c only, skipping the others' phases. No phase aliasing: the wait
+    // could pass wrongly only while the slot is still in the phase of entry i - STAGES (parity
+    // differs from the awaited one), but the producer completes `full` phases in entry order and
+    // c has already consumed entry i - 3 (or i < 3 <= STAGES: the slot's first phase), so entry
+    // i - STAGES (STAGES = 6 > 3) was filled before; entry i + STAGES cannot be filled before c
+    // releases entry i. STAGES = 6 is also a multiple of 3, so each slot serves one consumer.
+    // Deadlock-free: `full` of entry i needs the producer at entry i + LAG, i.e. the release of
+    // entry i + LAG - STAGES = i - 4: a tile of the consumer whose turn came just before c's,
+    // released by that turn's section (after its arrive on c's turn), never a consumer's last
+    // tile (i - 4 + 3 < kv_tiles), which is never released. The catch: in tail mode the ring
+    // (6 stages = 3 held for a pending P V + 3 awaited) is 2 entries short of the copy lag, so
+    // a section's tile is announced only once the previous turn's products completed.
+    if (tail && PINGPONG && c == NC - 1 && turns > 0) named_arrive(other_turn, 256);
 
+    // (Never in tail mode: every consumer has the tile's rows.)
     if (n_tiles > 0 && !active) {
         // Same barrier protocol as below (n_tiles + 1 turns; tiles released one section late),
         // no products: a path of its own so that the working path's wgmma stay unconditional.
@@ -409,34 +445,37 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             if (PINGPONG && (j < n_tiles || c != NC - 1)) named_arrive(other_turn, 256);
             if (j >= 1 && j < n_tiles) mbar_arrive(bar_empty + ((j - 1) % Ws<BN>::STAGES) * 8);
         }
-    } else if (n_tiles > 0) {
-        if (PINGPONG && c == NC - 1) named_arrive(other_turn, 256);
+    } else if (my_tiles > 0) {
+        if (PINGPONG && c == NC - 1 && !tail) named_arrive(other_turn, 256);
         float corr[2];
 
-        // Section 0: S(0) only.
-        mbar_wait(bar_full, 0);
+        // Section 0: S(0) only (entry e_add < STAGES: the slot's first phase).
+        const u32 first = e_add % Ws<BN>::STAGES;
+        mbar_wait(bar_full + first * 8, 0);
         if (FLAGS & WS_NOINC) fence_proxy_async();
         if (PINGPONG) named_sync(my_turn, 256);
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc)
-            wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(skv0 + kc * 32), kc);
+            wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32),
+                smem_desc(skv0 + first * Ws<BN>::STAGE_BYTES + kc * 32), kc);
         wgmma_commit();
         if (PINGPONG) named_arrive(other_turn, 256);
         wgmma_wait<0>();
         fence_regs<BN / 2>(s);
-        ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, kv_begin, kv_end, scale_log2);
+        ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, kv_begin + e_add * BN, kv_end, scale_log2);
         ws_rescale_pack<BN>(s, o_acc, p, corr);
 
         // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
         // tile j-1. OVERLAP: the exponentials of S(j) run while P(j-1) V(j-1) is still on the
         // tensor cores (they only touch s); O and P wait for it.
-        for (u32 j = 1; j < n_tiles; ++j) {
-            const u32 stage = j % Ws<BN>::STAGES;
-            const u32 prev = (j - 1) % Ws<BN>::STAGES;
+        for (u32 j = 1; j < my_tiles; ++j) {
+            const u32 e = j * e_mul + e_add;  // ring entry and key tile
+            const u32 stage = e % Ws<BN>::STAGES;
+            const u32 prev = (e - e_mul) % Ws<BN>::STAGES;
             const u32 sk = skv0 + stage * Ws<BN>::STAGE_BYTES;
             const u32 sv_prev = skv0 + prev * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
-            mbar_wait(bar_full + stage * 8, (j / Ws<BN>::STAGES) & 1);
+            mbar_wait(bar_full + stage * 8, (e / Ws<BN>::STAGES) & 1);
             if (FLAGS & WS_NOINC) fence_proxy_async();
             if (PINGPONG) named_sync(my_turn, 256);
             fence_regs<BN / 2>(s);
@@ -451,8 +490,10 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
             wgmma_commit();
             if (PINGPONG) named_arrive(other_turn, 256);
-            const u32 t0 = kv_begin + j * BN;
-            if (OVERLAP) {
+            const u32 t0 = kv_begin + e * BN;
+            // Tail mode releases the stage before its softmax (as the serial variant): the next
+            // consumer's tile waits for this release (read the deadlock note above).
+            if (OVERLAP && !tail) {
                 wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
                 fence_regs<BN / 2>(s);
                 ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
@@ -473,7 +514,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 
         // Last section: O += P(n-1) V(n-1).
         {
-            const u32 last = (n_tiles - 1) % Ws<BN>::STAGES;
+            const u32 last = ((my_tiles - 1) * e_mul + e_add) % Ws<BN>::STAGES;
             const u32 sv_last = skv0 + last * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
             if (PINGPONG) named_sync(my_turn, 256);
             fence_regs<32>(o_acc);
@@ -482,15 +523,24 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 #pragma unroll
             for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
             wgmma_commit();
-            if (PINGPONG && c != NC - 1) named_arrive(other_turn, 256);
+            // The very last turn (the last consumer's) arrives nowhere; in tail mode the last
+            // consumer may still have padding turns after this section.
+            if (PINGPONG && (c != NC - 1 || (tail && my_tiles + 1 < turns))) named_arrive(other_turn, 256);
             wgmma_wait<0>();
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
         }
     }
+    if (tail) {
+        // Protocol-only turns: no products, no full/empty traffic.
+        for (u32 k = my_tiles > 0 ? my_tiles + 1 : 0; k < turns; ++k) {
+            if (PINGPONG) named_sync(my_turn, 256);
+            if (PINGPONG && (k + 1 < turns || c != NC - 1)) named_arrive(other_turn, 256);
+        }
+    }
 
     // ---- epilogue: rows wg_row0 + g and + 8 of this warp (an empty split writes zeros, -inf).
-    const u32 wg_row0 = c * 64 + (warp & 3) * 16;
+    const u32 wg_row0 = (tail ? 0 : c * 64) + (warp & 3) * 16;
     const u32 g = lane >> 2;
     const u32 tq = lane & 3;
 #pragma unroll
@@ -508,13 +558,15 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
                 *(u32*)(out + base + j * 8 + tq * 2) =
                     pack_bf16x2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
         } else {
-            const u64 pbase = (u64)split * lq * heads * HEAD_DIM + base;
+            // Tail mode: consumer c's keys are split c of the partials.
+            const u32 out_split = tail ? c : split;
+            const u64 pbase = (u64)out_split * lq * heads * HEAD_DIM + base;
 #pragma unroll
             for (int j = 0; j < 8; ++j)
                 *(float2*)(part_o + pbase + j * 8 + tq * 2) =
                     make_float2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
             if (tq == 0)
-                part_lse[((u64)split * lq + row) * heads + h] =
+                part_lse[((u64)out_split * lq + row) * heads + h] =
                     l > 0.f ? row_max[hf] + __log2f(l) : NEG_INF;
         }
     }
@@ -539,6 +591,12 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 q0 = blockIdx.x * (NC * WS_WG_ROWS);
     const u32 split = blockIdx.y;
     const u32 h = blockIdx.z;
+    // Tail-split (WS_TAIL, launched with 3 splits): the last query tile with 1..64 valid rows is
+    // split 0's alone (splits 1 and 2 leave here, before any barrier is initialised or waited
+    // on: nothing in their CTA runs). Its producer streams every key tile; consumer c takes the
+    // tiles t = c (mod 3) for the tile's first 64 rows and writes them as split c.
+    const bool tail = (FLAGS & WS_TAIL) && lq - q0 <= WS_WG_ROWS;
+    if (tail && split != 0) return;
 
     // This split's key tiles (the contract: tiles of this kernel's BLOCK_N, split evenly).
     const u32 n_pages = __ldg(n_pages_ptr);
@@ -549,15 +607,21 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 tile_begin = split * tiles_per_split;
     u32 tile_end = tile_begin + tiles_per_split;
     if (tile_end > kv_tiles) tile_end = kv_tiles;
-    const u32 n_tiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
-    const u32 kv_begin = tile_begin * BN;
-    const u32 kv_end = n_tiles > 0 ? (tile_end * BN < kv_len ? tile_end * BN : kv_len) : kv_begin;
+    u32 n_tiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
+    u32 kv_begin = tile_begin * BN;
+    u32 kv_end = n_tiles > 0 ? (tile_end * BN < kv_len ? tile_end * BN : kv_len) : kv_begin;
+    if (tail) {
+        n_tiles = kv_tiles;
+        kv_begin = 0;
+        kv_end = kv_len;
+    }
 
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < Ws<BN>::STAGES; ++s) {
             mbar_init(bar_full + s * 8, 128);   // every producer thread arrives
-            mbar_init(bar_empty + s * 8, NC * 128);  // every consumer thread arrives
+            // every consumer thread arrives; tail mode: one consumer per ring entry
+            mbar_init(bar_empty + s * 8, tail ? 128 : NC * 128);
         }
     }
     __syncthreads();  // the only CTA-wide barrier: the roles never meet again
@@ -576,7 +640,7 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         if constexpr ((FLAGS & WS_REGS) && NC == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
         ws_consumer<BN, PINGPONG, OVERLAP, FLAGS, NC>(q, out, part_o, part_lse, lq, heads, n_splits,
             scale_log2, sq, skv, bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h,
-            n_tiles, kv_begin, kv_end);
+            n_tiles, kv_begin, kv_end, tail);
     }
 }
 
@@ -616,3 +680,7 @@ WS_ENTRY(paged_attention_fwd_sm90_ws_nocopy, 128, true, true, WS_REGS | WS_NOINC
 // Three consumers (192 query rows, 512 threads; FlashAttention-3's layout for head dim 64):
 // 128-key tiles in six stages (24 KB Q + 192 KB ring), setmaxnreg 32/160, 2-tile lag.
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192, 128, true, true, WS_REGS, 2, 3)
+// ws_m192 with the tail-split (WS_TAIL): always 3 key splits; a last query tile of 1..64 rows
+// runs in split 0's CTA alone with the keys dealt round-robin to its three consumers, so every
+// working CTA costs the same (1005 x 16 heads: 16 x (5 x 3 + 1) = 256 CTAs, two waves on 132 SMs).
+WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t, 128, true, true, WS_REGS | WS_TAIL, 2, 3)

@@ -51,10 +51,16 @@ pub enum AttentionKernel {
     /// H200 with 4 splits: 72/72 0.693 ms (WgmmaWsN192 0.692), 72/10000 1.226 (1.264); with one
     /// split (96 CTAs for 132 SMs) 0.872: not the default.
     WgmmaWsM192,
+    /// [`Self::WgmmaWsM192`] with the tail-split: always launched with exactly 3 key splits
+    /// (whatever split count it is asked for; [`Self::forced_splits`]). A last query tile of
+    /// 1..64 valid rows runs in split 0's CTA alone, its three consumers on the same 64 rows,
+    /// each over every third key tile of the whole key range, so every working CTA costs the
+    /// same: 1005 queries x 16 heads are 256 CTAs (two waves on 132 SMs) instead of 384 in three.
+    WgmmaWsM192Tail,
 }
 
 impl AttentionKernel {
-    const ALL: [Self; 12] = [
+    const ALL: [Self; 13] = [
         Self::MmaSync,
         Self::WgmmaWide,
         Self::WgmmaWs,
@@ -67,6 +73,7 @@ impl AttentionKernel {
         Self::WgmmaWsN192Noinc,
         Self::WgmmaWsNocopy,
         Self::WgmmaWsM192,
+        Self::WgmmaWsM192Tail,
     ];
 
     /// False for diagnostic variants that skip work and compute wrong results (timing only).
@@ -92,13 +99,14 @@ impl AttentionKernel {
             Self::WgmmaWsN192Noinc => "paged_attention_fwd_sm90_ws_n192_noinc",
             Self::WgmmaWsNocopy => "paged_attention_fwd_sm90_ws_nocopy",
             Self::WgmmaWsM192 => "paged_attention_fwd_sm90_ws_m192",
+            Self::WgmmaWsM192Tail => "paged_attention_fwd_sm90_ws_m192t",
         }
     }
 
     /// Query rows per CTA.
     pub fn block_m(self) -> usize {
         match self {
-            Self::WgmmaWsM192 => 192,
+            Self::WgmmaWsM192 | Self::WgmmaWsM192Tail => 192,
             _ => 128,
         }
     }
@@ -107,8 +115,18 @@ impl AttentionKernel {
         match self {
             Self::MmaSync => 128,
             Self::WgmmaWide => 256,
-            Self::WgmmaWsM192 => 512,
+            Self::WgmmaWsM192 | Self::WgmmaWsM192Tail => 512,
             _ => 384,
+        }
+    }
+
+    /// The key split count this kernel always runs with, whatever it is asked for (the launchers
+    /// override the caller's count, and the workspace must hold this many planes): 3 for
+    /// [`Self::WgmmaWsM192Tail`], whose tail tile writes one split per consumer.
+    pub fn forced_splits(self) -> Option<usize> {
+        match self {
+            Self::WgmmaWsM192Tail => Some(3),
+            _ => None,
         }
     }
 
@@ -269,18 +287,19 @@ pub fn paged_attention(
     }
     let q_tiles = lq.div_ceil(kernel.block_m());
     let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
-    let n_splits = opts
-        .splits
-        .unwrap_or_else(|| {
-            choose_splits(
-                q_tiles,
-                heads,
-                kv_tiles,
-                dev.info.sm_count as usize,
-                kernel.ctas_per_sm(),
-            )
-        })
-        .clamp(1, kv_tiles);
+    let n_splits = kernel.forced_splits().unwrap_or_else(|| {
+        opts.splits
+            .unwrap_or_else(|| {
+                choose_splits(
+                    q_tiles,
+                    heads,
+                    kv_tiles,
+                    dev.info.sm_count as usize,
+                    kernel.ctas_per_sm(),
+                )
+            })
+            .clamp(1, kv_tiles)
+    });
     // The kernel sizes the splits from the device's table; a split left without keys writes an
     // empty partial, which the combine ignores.
     ws.reserve(dev, lq, heads, n_splits)?;
@@ -427,7 +446,9 @@ impl RawWorkspace {
 }
 
 /// `out[lq][heads][64] = softmax(q kᵀ / 8) v` with `n_splits` key splits fixed by the caller (the
-/// kernel sizes each split from the device's table). Launch only: graph-capturable.
+/// kernel sizes each split from the device's table). Launch only: graph-capturable. A kernel with
+/// [`AttentionKernel::forced_splits`] (the tail-split) runs with that count instead of
+/// `n_splits`: `ws` must hold that many planes.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention_raw(
     dev: &CudaDevice,
@@ -450,7 +471,7 @@ pub fn paged_attention_raw(
             kv.page_size
         )));
     }
-    let n_splits = n_splits.max(1);
+    let n_splits = kernel.forced_splits().unwrap_or(n_splits.max(1));
     if n_splits > 1 {
         let (o, l) = RawWorkspace::elems(lq, heads, n_splits);
         ws.part_o.check_len(o, "attention split partials")?;

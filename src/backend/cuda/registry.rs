@@ -137,6 +137,7 @@ pub const SOURCES: &[KernelSource] = &[
             "paged_attention_fwd_sm90_ws_n192_noinc",
             "paged_attention_fwd_sm90_ws_nocopy",
             "paged_attention_fwd_sm90_ws_m192",
+            "paged_attention_fwd_sm90_ws_m192t",
         ],
         hopper_only: true,
     },
