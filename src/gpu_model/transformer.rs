@@ -120,6 +120,9 @@ pub struct AttentionSetup {
 impl AttentionSetup {
     /// Key splits for `lq` queries: fill one wave of CTAs (see `choose_splits`).
     fn splits(&self, lq: usize, heads: usize) -> usize {
+        if let Some(forced) = self.kernel.forced_splits() {
+            return forced;
+        }
         let q_tiles = lq.div_ceil(self.kernel.block_m());
         // As many splits as still fit one wave: one for the warp-specialised kernels (one CTA
         // per SM) at 1005 queries x 16 heads, where a second wave would cost more than it gains.

@@ -69,7 +69,7 @@ pub struct SessionConfig {
     /// None: the best kernel for the GPU.
     pub kernel: Option<AttentionKernel>,
     /// The kernel of the frame-local attention (DINO and frame blocks: 1005 keys); None: as
-    /// `kernel`.
+    /// `kernel` when that is given, else the best frame-local kernel for the GPU.
     pub local_kernel: Option<AttentionKernel>,
     pub gelu: GeluMode,
     /// Capture streaming steps into CUDA graphs (off: every step runs eagerly).
@@ -363,7 +363,11 @@ impl GpuSession {
             sm_count: dev.info.sm_count as usize,
         };
         let local_setup = AttentionSetup {
-            kernel: sc.local_kernel.unwrap_or(kernel),
+            kernel: match (sc.local_kernel, sc.kernel) {
+                (Some(local), _) => local,
+                (None, Some(chosen)) => chosen,
+                (None, None) => AttentionKernel::best_local_for(&dev),
+            },
             ..setup
         };
         dev.stream.synchronize()?;
