@@ -1,13 +1,30 @@
-// The camera head on the GPU: the small kernels around its GEMMs (which go through cuBLASLt).
+// The camera head on the GPU. The head sees one token per frame, so every matrix product here
+// has m = 1 row in streaming (at most a handful in phase 1): the layers are weight-streaming
+// GEMVs, latency- and bandwidth-bound, and every kernel spreads its work over all SMs.
 //
-// The head sees one token per frame, so every row kernel here is one CTA per row (frame) and the
-// elementwise ones are grid-stride loops: m is 1 in streaming and at most a handful in phase 1.
 // Layouts (token-major, row-major):
-//   f32 activations [frames][width]; bf16 GEMM operands [frames][width] stored as u16;
+//   f32 activations [frames][width]; bf16 operands [frames][width] stored as u16;
 //   qkv (bf16) [frames][3 * width] = q | k | v, each [heads][head_dim];
 //   camera cache (bf16), one (iteration, layer) plane: [capacity][width] for K and for V.
 // The number of cached frames is read from device memory (the step is captured in a CUDA graph,
 // so it must not be a launch-time scalar).
+//
+// Launches per call (iterations x trunk blocks = 4 x 4 at full size):
+//   cam_token_norm                         once
+//   cam_linear3_m* (modulation)            per iteration: SiLU(embed_pose(pose)) in its prologue,
+//                                          the modulation h = gate (xn (1 + scale) + shift) + x in
+//                                          its epilogue (one warp owns shift, scale and gate of a
+//                                          column)
+//   cam_linear_m* (qkv)                    per block: LN1(h) in its prologue; bias, bf16, and the
+//                                          K/V cache append in its epilogue
+//   cam_attention_partial                  per block: split over the keys; the last split of a
+//                                          (frame, head) to finish merges them all
+//   cam_linear_m* (proj)                   per block: h += ls1 (attn wᵀ + b)
+//   cam_linear_m* (fc1)                    per block: LN2(h) prologue; bias, bf16, GELU, bf16
+//   cam_linear_m* (fc2)                    per block: h += ls2 (hidden wᵀ + b)
+//   cam_linear_m* (pose branch fc1)        per iteration: trunk_norm(h) prologue; its epilogue
+//                                          feeds GELU(hidden) through the 9-wide fc2 and the last
+//                                          CTA to finish accumulates the pose encoding
 //
 // No CUDA headers are included so that NVRTC compiles this file with no include path.
 
@@ -33,14 +50,15 @@ __device__ __forceinline__ u16 f32_to_bf16(float x) {
     return (u16)(bits >> 16);
 }
 
+__device__ __forceinline__ float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);
     return v;
 }
 
 // Sum over the CTA, returned to every thread. `red` is 32 floats of shared memory; the leading
-// barrier lets consecutive calls reuse it. The barriers also make the CTA's earlier global writes
-// visible to all its threads.
+// barrier lets consecutive calls reuse it.
 __device__ float block_sum(float v, float* red) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nwarps = (blockDim.x + 31) >> 5;
@@ -52,185 +70,18 @@ __device__ float block_sum(float v, float* red) {
     return warp_sum(t);
 }
 
-// Mean and 1/sqrt(var + eps) of a row of n floats, in two passes (mean, then the squared
-// deviations), as the CPU reference does (it uses f64; two passes keep f32 close to it).
-__device__ void row_stats(const float* x, u32 n, float eps, float* red, float& mean, float& inv) {
-    float s = 0.f;
-    for (u32 i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
-    mean = block_sum(s, red) / (float)n;
-    float q = 0.f;
-    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
-        float d = x[i] - mean;
-        q += d * d;
-    }
-    inv = rsqrtf(block_sum(q, red) / (float)n + eps);
-}
-
 __device__ __forceinline__ float gelu_exact(float x) {
     return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 
-// ---------------------------------------------------------------------------------------------
-// x = token_norm(token) (LN, affine, eps_token) and xn = LN(x) without affine (eps_adaptive):
-// the trunk's base and the adaptive modulation's normalised input, computed once per call.
-// grid = frames; token r starts at tokens + r * token_stride.
-extern "C" __global__ void cam_token_norm(const float* __restrict__ tokens, u64 token_stride,
-                                          const float* __restrict__ w, const float* __restrict__ b,
-                                          float eps_token, float eps_adaptive, float* x, float* xn,
-                                          u32 width) {
-    __shared__ float red[32];
-    const u32 r = blockIdx.x;
-    const float* in = tokens + (u64)r * token_stride;
-    float* xr = x + (u64)r * width;
-    float* xnr = xn + (u64)r * width;
-    float mean, inv;
-    row_stats(in, width, eps_token, red, mean, inv);
-    for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
-        float y = (in[i] - mean) * inv;
-        if (w) y *= w[i];
-        if (b) y += b[i];
-        xr[i] = y;
-    }
-    // row_stats' barriers order these writes before the reads below.
-    row_stats(xr, width, eps_adaptive, red, mean, inv);
-    for (u32 i = threadIdx.x; i < width; i += blockDim.x) xnr[i] = (xr[i] - mean) * inv;
+// A load that bypasses L1 (data another CTA of the same kernel wrote).
+__device__ __forceinline__ float ld_cg(const float* p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
 }
-
-// out[r][o] = bf16(SiLU(b[o] + sum_k w[o][k] * pose[r][k])), k < 9. pose_stride 0 broadcasts one
-// pose (the learned empty pose of iteration 0) to every frame.
-extern "C" __global__ void cam_embed_pose_silu(const float* __restrict__ pose, u32 pose_stride,
-                                               const float* __restrict__ w,
-                                               const float* __restrict__ b, u16* __restrict__ out,
-                                               u32 width, u32 frames) {
-    const u64 n = (u64)frames * width;
-    for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
-         idx += (u64)gridDim.x * blockDim.x) {
-        const u32 r = (u32)(idx / width), o = (u32)(idx % width);
-        const float* p = pose + (u64)r * pose_stride;
-        float acc = b ? b[o] : 0.f;
-        for (int k = 0; k < POSE_LEN; ++k) acc += w[o * POSE_LEN + k] * p[k];
-        out[idx] = f32_to_bf16(silu(acc));
-    }
-}
-
-// h = gate * (xn * (1 + scale) + shift) + x, with mods[r] = [shift | scale | gate] (3 * width).
-extern "C" __global__ void cam_modulate(const float* __restrict__ x, const float* __restrict__ xn,
-                                        const float* __restrict__ mods, float* __restrict__ h,
-                                        u32 width, u32 frames) {
-    const u64 n = (u64)frames * width;
-    for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
-         idx += (u64)gridDim.x * blockDim.x) {
-        const u64 r = idx / width, i = idx % width;
-        const float* m = mods + r * 3 * width;
-        const float shift = m[i], scale = m[width + i], gate = m[2 * width + i];
-        h[idx] = gate * (xn[idx] * (1.f + scale) + shift) + x[idx];
-    }
-}
-
-// Residual then LayerNorm, one CTA per row: when y is given, h += gamma * y (gamma null: 1);
-// then out = bf16(LN(h) * w + b) (w, b may be null). grid = frames.
-extern "C" __global__ void cam_residual_ln(float* h, const float* __restrict__ y,
-                                           const float* __restrict__ gamma,
-                                           const float* __restrict__ w,
-                                           const float* __restrict__ b, float eps,
-                                           u16* __restrict__ out, u32 width) {
-    __shared__ float red[32];
-    const u64 base = (u64)blockIdx.x * width;
-    float* hr = h + base;
-    if (y) {
-        for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
-            const float g = gamma ? gamma[i] : 1.f;
-            hr[i] += g * y[base + i];
-        }
-    }
-    float mean, inv;
-    row_stats(hr, width, eps, red, mean, inv);
-    for (u32 i = threadIdx.x; i < width; i += blockDim.x) {
-        float v = (hr[i] - mean) * inv;
-        if (w) v *= w[i];
-        if (b) v += b[i];
-        out[base + i] = f32_to_bf16(v);
-    }
-}
-
-// h += gamma * y (LayerScale residual) without a norm after it.
-extern "C" __global__ void cam_residual(float* __restrict__ h, const float* __restrict__ y,
-                                        const float* __restrict__ gamma, u32 width, u32 frames) {
-    const u64 n = (u64)frames * width;
-    for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
-         idx += (u64)gridDim.x * blockDim.x) {
-        const float g = gamma ? gamma[idx % width] : 1.f;
-        h[idx] += g * y[idx];
-    }
-}
-
-// Exact (erf) GELU in place over n bf16 values (cuBLASLt's fused GELU is the tanh form).
-extern "C" __global__ void cam_gelu_bf16(u16* __restrict__ x, u64 n) {
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (u64)gridDim.x * blockDim.x)
-        x[i] = f32_to_bf16(gelu_exact(bf16_to_f32(x[i])));
-}
-
-// The pose branch's last layer and the pose accumulation, one CTA of 9 warps per frame, warp o
-// computing output o: delta = b[o] + sum_k GELU(hidden[r][k]) * w[o][k] (hidden is fc1's output
-// before its activation); raw = delta on the first iteration, else raw + delta; pose_out = raw
-// with ReLU on the field of view (outputs 7 and 8).
-extern "C" __global__ void cam_pose_branch_out(const u16* __restrict__ hidden,
-                                               const float* __restrict__ w,
-                                               const float* __restrict__ b, float* raw,
-                                               float* __restrict__ pose_out, u32 k_dim,
-                                               u32 first) {
-    const u32 r = blockIdx.x;
-    const u32 o = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (o >= POSE_LEN) return;  // whole warps only: the shuffles below stay convergent
-    const u16* hr = hidden + (u64)r * k_dim;
-    const float* wr = w + (u64)o * k_dim;
-    float acc = 0.f;
-    for (u32 k = lane; k < k_dim; k += 32) acc += gelu_exact(bf16_to_f32(hr[k])) * wr[k];
-    acc = warp_sum(acc);
-    if (lane == 0) {
-        const float delta = acc + (b ? b[o] : 0.f);
-        const u64 at = (u64)r * POSE_LEN + o;
-        const float sum = first ? delta : raw[at] + delta;
-        raw[at] = sum;
-        pose_out[at] = o >= 7 ? fmaxf(sum, 0.f) : sum;
-    }
-}
-
-// Appends this call's K and V (from qkv) to one (iteration, layer) plane of the camera cache, at
-// slots cache_len .. cache_len + frames; slots at or past the capacity are dropped (the host
-// guarantees they never occur).
-extern "C" __global__ void cam_cache_append(const u16* __restrict__ qkv, u16* __restrict__ cache_k,
-                                            u16* __restrict__ cache_v,
-                                            const u32* __restrict__ cache_len, u32 capacity,
-                                            u32 width, u32 frames) {
-    const u32 len = *cache_len;
-    const u64 n = (u64)frames * width;
-    for (u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x; idx < n;
-         idx += (u64)gridDim.x * blockDim.x) {
-        const u64 r = idx / width, i = idx % width;
-        const u64 slot = (u64)len + r;
-        if (slot >= capacity) continue;
-        const u16* row = qkv + r * 3 * width;
-        cache_k[slot * width + i] = row[width + i];
-        cache_v[slot * width + i] = row[2 * width + i];
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Attention of the frames' queries over cache[0 .. cache_len) followed by the current frames'
-// keys (N = cache_len + frames keys, no mask), split over `splits` CTAs per (query, head):
-// split s takes keys [s * chunk, min(N, (s + 1) * chunk)), chunk = ceil(N / splits), computed on
-// the device since N is. Each writes its normalised partial output and its log2-sum-exp;
-// cam_attention_combine merges them.
-//
-// Inside a CTA (4 warps) a key is handled by a group of head_dim / 8 lanes, each lane owning 8
-// dimensions (one 16-byte load of K and one of V), so a warp takes 32 / (head_dim / 8) keys at a
-// time, every group running its own online softmax; groups then warps are merged at the end.
-// Scores are in the log2 domain: scale_log2 = log2(e) / sqrt(head_dim).
-// grid = (splits, heads, frames), block = ATT_THREADS; head_dim is 8..128, a power of two.
 
 struct alignas(16) Chunk8 {
     u32 w[4];
@@ -244,15 +95,495 @@ __device__ __forceinline__ void unpack8(const Chunk8& c, float* f) {
     }
 }
 
+// 16 bytes of weights, streamed: read-only, not kept in L1 (the activations live there), with a
+// 256-byte L2 prefetch (a warp reads 512 contiguous bytes per load).
+__device__ __forceinline__ Chunk8 ld_stream(const u16* p) {
+    Chunk8 c;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(c.w[0]), "=r"(c.w[1]), "=r"(c.w[2]), "=r"(c.w[3])
+        : "l"(p));
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// x = token_norm(token) (LN, affine, eps_token) and xn = LN(x) without affine (eps_adaptive):
+// the trunk's base and the adaptive modulation's normalised input, computed once per call.
+// grid = frames, block = 256 (or more for widths above 2048: width <= 8 * blockDim); the row
+// stays in registers. Token r starts at tokens + r * token_stride.
+#define TN_PER_THREAD 8
+extern "C" __global__ void __launch_bounds__(1024)
+    cam_token_norm(const float* __restrict__ tokens, u64 token_stride,
+                   const float* __restrict__ w, const float* __restrict__ b, float eps_token,
+                   float eps_adaptive, float* __restrict__ x, float* __restrict__ xn, u32 width) {
+    __shared__ float red[32];
+    const u32 r = blockIdx.x;
+    const float* in = tokens + (u64)r * token_stride;
+    float v[TN_PER_THREAD];
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < TN_PER_THREAD; ++j) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        v[j] = i < width ? in[i] : 0.f;
+        s += v[j];
+    }
+    float mean = block_sum(s, red) / (float)width;
+    float q = 0.f;
+#pragma unroll
+    for (int j = 0; j < TN_PER_THREAD; ++j) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        const float d = v[j] - mean;
+        if (i < width) q += d * d;
+    }
+    float inv = rsqrtf(block_sum(q, red) / (float)width + eps_token);
+    s = 0.f;
+#pragma unroll
+    for (int j = 0; j < TN_PER_THREAD; ++j) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        if (i < width) {
+            float y = (v[j] - mean) * inv;
+            if (w) y *= w[i];
+            if (b) y += b[i];
+            v[j] = y;
+            x[(u64)r * width + i] = y;
+            s += y;
+        }
+    }
+    mean = block_sum(s, red) / (float)width;
+    q = 0.f;
+#pragma unroll
+    for (int j = 0; j < TN_PER_THREAD; ++j) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        const float d = v[j] - mean;
+        if (i < width) q += d * d;
+    }
+    inv = rsqrtf(block_sum(q, red) / (float)width + eps_adaptive);
+#pragma unroll
+    for (int j = 0; j < TN_PER_THREAD; ++j) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        if (i < width) xn[(u64)r * width + i] = (v[j] - mean) * inv;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The small-m linear layer: y[r][n] = x[r][:] · w[n][:] + bias[n], w bf16 [n][k] row-major
+// (torch's [out, in]), f32 accumulation, with a prologue that makes x and an epilogue that
+// consumes y (see LIN_PRO_* / LIN_EPI_*).
+//
+// A warp owns a group of NC output columns (g, g + group_stride, ...: NC = 3 lets the modulation
+// see shift, scale and gate of one column together) for a tile of M rows (blockIdx.y): each lane
+// streams every 32nd 16-byte chunk of the group's weight rows (U chunks per row in flight, the
+// first batch issued before the prologue so that it overlaps it), multiplies them with the M
+// rows of x (shared memory after a prologue, else global/L1), and the warp reduces by shuffles.
+// The weights are read once per row tile. Warps walk the groups with a grid stride (the host
+// sizes the grid to what is resident, so the prologue runs once per CTA).
+//
+// The rounding points are the model's: bf16 operands, f32 accumulation and bias; the bf16
+// outputs are rounded once after the bias (and once more after a GELU that feeds a GEMM).
+
+#define LIN_WARPS 8
+#define LIN_THREADS (LIN_WARPS * 32)
+
+// Prologues (where x comes from).
+#define LIN_PRO_NONE 0   // x: bf16 rows in global memory, x_stride apart (k % 8 == 0 or not)
+#define LIN_PRO_LN 1     // x = bf16(LN(src) * nw + nb), src f32 [rows][k], eps (k % 8 == 0)
+#define LIN_PRO_EMBED 2  // x = bf16(SiLU(eb + ew · pose)), ew f32 [k][9], pose rows pose_stride apart
+// Epilogues (where y goes; "v" is the accumulated dot product, b the bias or 0).
+#define LIN_EPI_F32 0        // out_f32[r][n] = v + b
+#define LIN_EPI_BF16 1       // out_bf16[r][n] = bf16(v + b); with append, columns >= width
+                             // (K | V of a qkv row) also go to cache slot *cache_len + r
+#define LIN_EPI_BF16_GELU 2  // out_bf16[r][n] = bf16(GELU(bf16(v + b)))
+#define LIN_EPI_RESID 3      // h[r][n] += gamma[n] (v + b)
+#define LIN_EPI_MODULATE 4   // NC = 3, columns (c, c + W, c + 2W) = shift, scale, gate:
+                             // h[r][c] = gate (mxn[r][c] (1 + scale) + shift) + mx[r][c]
+#define LIN_EPI_BRANCH 5     // pose branch: u = GELU(bf16(v + b)); delta[r][o] = bb[o] +
+                             // sum_n u bw[o][n] (o < 9) through per-CTA partials merged by the
+                             // last CTA, which updates raw and pose_out (see below)
+
+// The kernel's one argument (mirrored by `LinArgs` in src/gpu_model/camera_head.rs: pointers
+// first, then 32-bit fields, 256 bytes). Unused pointers are null.
+struct LinArgs {
+    const u16* x;
+    const u16* w;
+    const float* bias;
+    const float* src;  // LN prologue
+    const float* nw;
+    const float* nb;
+    const float* pose;  // embed prologue
+    const float* ew;
+    const float* eb;
+    float* out_f32;
+    u16* out_bf16;
+    float* h;  // residual / modulation
+    const float* gamma;
+    const float* mx;
+    const float* mxn;
+    u16* cache_k;  // qkv append
+    u16* cache_v;
+    const u32* cache_len;
+    const float* bw;  // pose branch
+    const float* bb;
+    float* part;
+    u32* counter;
+    float* raw;
+    float* pose_out;
+    u32 rows;
+    u32 n;
+    u32 k;
+    u32 x_stride;
+    u32 prologue;
+    u32 epilogue;
+    float eps;
+    u32 pose_stride;
+    u32 capacity;
+    u32 width;
+    u32 append;
+    u32 first;
+    u32 groups;
+    u32 group_stride;
+    u32 pad0;
+    u32 pad1;
+};
+
+// Sums each of v[0..M) over the CTA (every thread gets the totals). red: M x 32 floats.
+template <int M>
+__device__ __forceinline__ void block_sum_rows(float* v, float* red) {
+    const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < M; ++r) v[r] = warp_sum(v[r]);
+    __syncthreads();
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < M; ++r) red[r * 32 + warp] = v[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < M; ++r) v[r] = warp_sum(lane < LIN_WARPS ? red[r * 32 + lane] : 0.f);
+}
+
+template <int NC, int U>
+__device__ __forceinline__ void lin_load(Chunk8 (&wb)[NC][U], const LinArgs& a, u32 g, u32 base,
+                                         u32 lane, u32 nchunks) {
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+        const u16* wr = a.w + (u64)(g + c * a.group_stride) * a.k;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const u32 idx = base + u * 32 + lane;
+            if (idx < nchunks) {
+                wb[c][u] = ld_stream(wr + (u64)idx * 8);
+            } else {
+                wb[c][u].w[0] = wb[c][u].w[1] = wb[c][u].w[2] = wb[c][u].w[3] = 0u;
+            }
+        }
+    }
+}
+
+// One group's outputs for one row (see LIN_EPI_*); v: the warp-reduced dot products.
+template <int NC>
+__device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, const float* v,
+                                             u32 cache_len, float* bacc) {
+    float y[NC];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) y[c] = v[c] + (a.bias ? a.bias[g + c * a.group_stride] : 0.f);
+
+    switch (a.epilogue) {
+        case LIN_EPI_F32:
+#pragma unroll
+            for (int c = 0; c < NC; ++c)
+                a.out_f32[(u64)row * a.n + g + c * a.group_stride] = y[c];
+            break;
+        case LIN_EPI_BF16:
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                const u32 col = g + c * a.group_stride;
+                const u16 o = f32_to_bf16(y[c]);
+                a.out_bf16[(u64)row * a.n + col] = o;
+                if (a.append && col >= a.width) {
+                    const u64 slot = (u64)cache_len + row;
+                    if (slot < a.capacity) {
+                        u16* dst = col < 2 * a.width ? a.cache_k : a.cache_v;
+                        dst[slot * a.width + col % a.width] = o;
+                    }
+                }
+            }
+            break;
+        case LIN_EPI_BF16_GELU:
+#pragma unroll
+            for (int c = 0; c < NC; ++c)
+                a.out_bf16[(u64)row * a.n + g + c * a.group_stride] =
+                    f32_to_bf16(gelu_exact(bf16_round(y[c])));
+            break;
+        case LIN_EPI_RESID:
+#pragma unroll
+            for (int c = 0; c < NC; ++c) {
+                const u32 col = g + c * a.group_stride;
+                const float gm = a.gamma ? a.gamma[col] : 1.f;
+                a.h[(u64)row * a.n + col] += gm * y[c];
+            }
+            break;
+        case LIN_EPI_MODULATE:
+            if constexpr (NC == 3) {
+                const u64 at = (u64)row * a.group_stride + g;
+                a.h[at] = y[2] * (a.mxn[at] * (1.f + y[1]) + y[0]) + a.mx[at];
+            }
+            break;
+        case LIN_EPI_BRANCH: {
+            const float u = gelu_exact(bf16_round(y[0]));
+#pragma unroll
+            for (int o = 0; o < POSE_LEN; ++o) bacc[o] += u * a.bw[(u64)o * a.n + g];
+        } break;
+        default:
+            break;
+    }
+}
+
+template <int M, int NC, int U>
+__device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
+    __shared__ float red[8 * 32];
+    __shared__ float bred[LIN_WARPS][8][POSE_LEN];
+    __shared__ u32 s_last;
+
+    const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const u32 row0 = blockIdx.y * M;
+    const u32 nr = min((u32)M, a.rows - row0);
+    const u32 K = a.k;
+    // 16-byte loads need 16-byte aligned rows (x in shared memory always is).
+    const bool vec = (K & 7u) == 0 && ((u64)a.w & 15u) == 0 &&
+                     (a.prologue != LIN_PRO_NONE ||
+                      ((a.x_stride & 7u) == 0 && ((u64)a.x & 15u) == 0));
+    const u32 nchunks = K >> 3;
+    const u32 nwarps_total = gridDim.x * LIN_WARPS;
+    u32 g = blockIdx.x * LIN_WARPS + warp;
+
+    // The first batch of weights, in flight during the prologue.
+    Chunk8 wb[NC][U];
+    if (vec && g < a.groups) lin_load<NC, U>(wb, a, g, 0, lane, nchunks);
+
+    // x rows: shared memory (prologue) or global. Dead rows of the tile (r >= nr) read zeros
+    // (shared) or row 0 again (global); their results are dropped.
+    const u16* xrow[M];
+    if (a.prologue == LIN_PRO_NONE) {
+#pragma unroll
+        for (int r = 0; r < M; ++r)
+            xrow[r] = a.x + (u64)(row0 + ((u32)r < nr ? r : 0)) * a.x_stride;
+    } else {
+#pragma unroll
+        for (int r = 0; r < M; ++r) xrow[r] = xs + (u64)r * K;
+        if (a.prologue == LIN_PRO_LN) {
+            // Two passes (mean, then squared deviations; the CPU reference uses f64, two passes
+            // keep f32 close to it), each thread walking every LIN_THREADS-th element as the
+            // former single-CTA kernel did.
+            float s[M];
+#pragma unroll
+            for (int r = 0; r < M; ++r) s[r] = 0.f;
+#pragma unroll 4
+            for (u32 i = threadIdx.x; i < K; i += LIN_THREADS) {
+#pragma unroll
+                for (int r = 0; r < M; ++r)
+                    if ((u32)r < nr) s[r] += a.src[(u64)(row0 + r) * K + i];
+            }
+            block_sum_rows<M>(s, red);
+            float mean[M];
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+                mean[r] = s[r] / (float)K;
+                s[r] = 0.f;
+            }
+#pragma unroll 4
+            for (u32 i = threadIdx.x; i < K; i += LIN_THREADS) {
+#pragma unroll
+                for (int r = 0; r < M; ++r)
+                    if ((u32)r < nr) {
+                        const float d = a.src[(u64)(row0 + r) * K + i] - mean[r];
+                        s[r] += d * d;
+                    }
+            }
+            block_sum_rows<M>(s, red);
+#pragma unroll
+            for (int r = 0; r < M; ++r) s[r] = rsqrtf(s[r] / (float)K + a.eps);
+#pragma unroll 4
+            for (u32 i = threadIdx.x; i < K; i += LIN_THREADS) {
+                const float wi = a.nw ? a.nw[i] : 1.f;
+                const float bi = a.nb ? a.nb[i] : 0.f;
+#pragma unroll
+                for (int r = 0; r < M; ++r) {
+                    u16 o = 0;
+                    if ((u32)r < nr) {
+                        float v = (a.src[(u64)(row0 + r) * K + i] - mean[r]) * s[r];
+                        if (a.nw) v *= wi;
+                        if (a.nb) v += bi;
+                        o = f32_to_bf16(v);
+                    }
+                    xs[(u64)r * K + i] = o;
+                }
+            }
+        } else {  // LIN_PRO_EMBED
+#pragma unroll 4
+            for (u32 i = threadIdx.x; i < K; i += LIN_THREADS) {
+                float wi[POSE_LEN];
+#pragma unroll
+                for (int j = 0; j < POSE_LEN; ++j) wi[j] = a.ew[i * POSE_LEN + j];
+                const float bi = a.eb ? a.eb[i] : 0.f;
+#pragma unroll
+                for (int r = 0; r < M; ++r) {
+                    u16 o = 0;
+                    if ((u32)r < nr) {
+                        const float* p = a.pose + (u64)(row0 + r) * a.pose_stride;
+                        float acc = bi;
+#pragma unroll
+                        for (int j = 0; j < POSE_LEN; ++j) acc += wi[j] * p[j];
+                        o = f32_to_bf16(silu(acc));
+                    }
+                    xs[(u64)r * K + i] = o;
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    u32 cache_len = 0;
+    if (a.epilogue == LIN_EPI_BF16 && a.append) cache_len = *a.cache_len;
+    float bacc[POSE_LEN];  // pose branch: this lane's row's delta contributions
+#pragma unroll
+    for (int o = 0; o < POSE_LEN; ++o) bacc[o] = 0.f;
+
+    bool loaded = vec;
+    for (; g < a.groups; g += nwarps_total) {
+        float acc[NC][M];
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+#pragma unroll
+            for (int r = 0; r < M; ++r) acc[c][r] = 0.f;
+
+        if (vec) {
+            for (u32 base = 0; base < nchunks; base += 32 * U) {
+                if (!loaded) lin_load<NC, U>(wb, a, g, base, lane, nchunks);
+                loaded = false;
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const u32 idx = base + u * 32 + lane;
+                    if (idx < nchunks) {
+                        float wf[NC][8];
+#pragma unroll
+                        for (int c = 0; c < NC; ++c) unpack8(wb[c][u], wf[c]);
+#pragma unroll
+                        for (int r = 0; r < M; ++r) {
+                            float xf[8];
+                            unpack8(*(const Chunk8*)(xrow[r] + (u64)idx * 8), xf);
+#pragma unroll
+                            for (int c = 0; c < NC; ++c)
+#pragma unroll
+                                for (int e = 0; e < 8; ++e)
+                                    acc[c][r] = fmaf(wf[c][e], xf[e], acc[c][r]);
+                        }
+                    }
+                }
+            }
+        } else {
+            // Unaligned rows (k % 8 != 0; never the camera head's shapes): scalar loads.
+            for (u32 i = lane; i < K; i += 32) {
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    const float wv = bf16_to_f32(a.w[(u64)(g + c * a.group_stride) * K + i]);
+#pragma unroll
+                    for (int r = 0; r < M; ++r)
+                        acc[c][r] = fmaf(wv, bf16_to_f32(xrow[r][i]), acc[c][r]);
+                }
+            }
+        }
+
+        // Reduce over the warp; lane r keeps row r's sums.
+        float v[NC];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            v[c] = 0.f;
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+                const float t = warp_sum(acc[c][r]);
+                if (lane == (u32)r) v[c] = t;
+            }
+        }
+        if (lane < nr) lin_epilogue<NC>(a, g, row0 + lane, v, cache_len, bacc);
+    }
+
+    if (a.epilogue != LIN_EPI_BRANCH) return;
+    // The pose branch's 9-wide last layer: warps -> CTA partial (fixed order) -> the last CTA
+    // of the row tile to finish sums the partials in CTA order (deterministic), adds the bias,
+    // accumulates raw and writes pose_out (FoV, outputs 7 and 8, through a ReLU).
+    if (lane < nr) {
+#pragma unroll
+        for (int o = 0; o < POSE_LEN; ++o) bred[warp][lane][o] = bacc[o];
+    }
+    __syncthreads();
+    const u32 t = threadIdx.x;
+    float* part = a.part + ((u64)blockIdx.y * gridDim.x + blockIdx.x) * (8 * POSE_LEN);
+    if (t < nr * POSE_LEN) {
+        const u32 r = t / POSE_LEN, o = t % POSE_LEN;
+        float s = 0.f;
+        for (int w = 0; w < LIN_WARPS; ++w) s += bred[w][r][o];
+        part[t] = s;
+    }
+    __threadfence();
+    __syncthreads();
+    if (t == 0) s_last = atomicAdd(a.counter + blockIdx.y, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    if (t < nr * POSE_LEN) {
+        const u32 r = t / POSE_LEN, o = t % POSE_LEN;
+        const float* p0 = a.part + (u64)blockIdx.y * gridDim.x * (8 * POSE_LEN) + t;
+        float delta = 0.f;
+        for (u32 c = 0; c < gridDim.x; ++c) delta += ld_cg(p0 + (u64)c * (8 * POSE_LEN));
+        delta += a.bb ? a.bb[o] : 0.f;
+        const u64 at = (u64)(row0 + r) * POSE_LEN + o;
+        const float sum = a.first ? delta : a.raw[at] + delta;
+        a.raw[at] = sum;
+        a.pose_out[at] = o >= 7 ? fmaxf(sum, 0.f) : sum;
+    }
+    if (t == 0) a.counter[blockIdx.y] = 0;  // ready for the next launch (graph replays)
+}
+
+// Entry points: M rows per tile (1, 2, 4, 8), NC columns per warp. grid = (CTAs, row tiles),
+// block = LIN_THREADS, dynamic shared memory = M * k * 2 bytes with a prologue, else 0.
+#define LIN_ENTRY(name, M, NC, U)                                                     \
+    extern "C" __global__ void __launch_bounds__(LIN_THREADS, 2) name(const LinArgs a) { \
+        extern __shared__ __align__(16) u16 lin_xs[];                                 \
+        linear_body<M, NC, U>(a, lin_xs);                                             \
+    }
+LIN_ENTRY(cam_linear_m1, 1, 1, 8)
+LIN_ENTRY(cam_linear_m2, 2, 1, 8)
+LIN_ENTRY(cam_linear_m4, 4, 1, 8)
+LIN_ENTRY(cam_linear_m8, 8, 1, 8)
+LIN_ENTRY(cam_linear3_m1, 1, 3, 4)
+LIN_ENTRY(cam_linear3_m2, 2, 3, 4)
+LIN_ENTRY(cam_linear3_m4, 4, 3, 4)
+LIN_ENTRY(cam_linear3_m8, 8, 3, 4)
+
+// ---------------------------------------------------------------------------------------------
+// Attention of the frames' queries over cache[0 .. cache_len) followed by the current frames'
+// keys (N = cache_len + frames keys, no mask), split over `splits` CTAs per (query, head):
+// split s takes keys [s * chunk, min(N, (s + 1) * chunk)), chunk = ceil(N / splits), computed on
+// the device since N is. Each writes its normalised partial output and its log2-sum-exp; the
+// last split of a (frame, head) to finish (a device counter per (frame, head), reset by that
+// split for the next launch) merges them into out (bf16 [frames][width]).
+//
+// Inside a CTA (4 warps) a key is handled by a group of head_dim / 8 lanes, each lane owning 8
+// dimensions (one 16-byte load of K and one of V), so a warp takes 32 / (head_dim / 8) keys at a
+// time, every group running its own online softmax; groups then warps are merged at the end.
+// Scores are in the log2 domain: scale_log2 = log2(e) / sqrt(head_dim).
+// grid = (splits, heads, frames), block = ATT_THREADS; head_dim is 8..128, a power of two.
+
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     cam_attention_partial(const u16* __restrict__ qkv, const u16* __restrict__ cache_k,
                           const u16* __restrict__ cache_v, const u32* __restrict__ cache_len_ptr,
                           u32 capacity, u32 frames, u32 width, u32 head_dim, u32 splits,
                           float scale_log2, float* __restrict__ part_o,
-                          float* __restrict__ part_lse) {
+                          float* __restrict__ part_lse, u32* __restrict__ counters,
+                          u16* __restrict__ out) {
     __shared__ float sm_m[ATT_WARPS];
     __shared__ float sm_l[ATT_WARPS];
     __shared__ float sm_acc[ATT_WARPS][128];
+    __shared__ u32 s_last;
 
     const u32 split = blockIdx.x, head = blockIdx.y, r = blockIdx.z;
     const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -365,27 +696,31 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
         part_o[slot * head_dim + d] = o;
         if (d == 0) part_lse[slot] = lse;
     }
-}
 
-// out[r][head * head_dim + d] = bf16(sum_s 2^(lse_s - max) o_s[d] / sum_s 2^(lse_s - max)).
-// grid = (heads, frames), block = head_dim. Empty splits carry lse = -inf and weigh nothing; at
-// least one split is never empty (the current frames' keys are always there).
-extern "C" __global__ void cam_attention_combine(const float* __restrict__ part_o,
-                                                 const float* __restrict__ part_lse,
-                                                 u16* __restrict__ out, u32 width, u32 head_dim,
-                                                 u32 splits) {
-    const u32 head = blockIdx.x, r = blockIdx.y, d = threadIdx.x;
-    if (d >= head_dim) return;
-    const u64 first = ((u64)r * gridDim.x + head) * splits;
-    float mx = NEG_INF;
-    for (u32 s = 0; s < splits; ++s) mx = fmaxf(mx, part_lse[first + s]);
-    float sum_w = 0.f, sum_o = 0.f;
-    for (u32 s = 0; s < splits; ++s) {
-        const float lse = part_lse[first + s];
-        if (lse == NEG_INF) continue;
-        const float f = exp2f(lse - mx);
-        sum_w += f;
-        sum_o += f * part_o[(first + s) * head_dim + d];
+    // The last split to finish merges: out = bf16(sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s -
+    // max)). Empty splits carry lse = -inf and weigh nothing; at least one split is never empty
+    // (the current frames' keys are always there).
+    __threadfence();
+    __syncthreads();
+    u32* counter = counters + (u64)r * gridDim.y + head;
+    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1u) == splits - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    if (d < head_dim) {
+        const u64 first = ((u64)r * gridDim.y + head) * splits;
+        float mx = NEG_INF;
+        for (u32 s = 0; s < splits; ++s) mx = fmaxf(mx, ld_cg(part_lse + first + s));
+        float sum_w = 0.f, sum_o = 0.f;
+        for (u32 s = 0; s < splits; ++s) {
+            const float lse = ld_cg(part_lse + first + s);
+            if (lse == NEG_INF) continue;
+            const float f = exp2f(lse - mx);
+            sum_w += f;
+            sum_o += f * ld_cg(part_o + (first + s) * head_dim + d);
+        }
+        out[(u64)r * width + head * head_dim + d] =
+            f32_to_bf16(sum_w > 0.f ? sum_o / sum_w : 0.f);
     }
-    out[(u64)r * width + head * head_dim + d] = f32_to_bf16(sum_w > 0.f ? sum_o / sum_w : 0.f);
+    if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (graph replays)
 }

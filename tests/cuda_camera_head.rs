@@ -2,7 +2,8 @@
 //! weights, at the gct-tiny configuration and at full width (2048, 16 x 128, 4 iterations): a
 //! phase-1 call of several frames, then streaming frames alternating keyframe / non-keyframe,
 //! comparing every pose encoding. Non-keyframes must leave the device cache bit for bit as it was.
-//! Skips with a printed reason where there is no GPU (CI).
+//! Also the head's small-m linear kernel alone against a host f64 reference. Skips with a printed
+//! reason where there is no GPU (CI).
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
@@ -10,7 +11,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use streamrecon::backend::cuda::CudaDevice;
 use streamrecon::backend::cuda::arena::DevPtr;
 use streamrecon::backend::cuda::gemm::Gemm;
-use streamrecon::gpu_model::camera_head::GpuCameraHead;
+use streamrecon::gpu_model::camera_head::{GpuCameraHead, SmallMOut, small_m_linear};
 use streamrecon::model::ModelConfig;
 use streamrecon::model::camera_head::{CameraCache, CameraHead};
 use streamrecon::model::weights::{RawTensor, WeightStore};
@@ -308,6 +309,199 @@ fn camera_head_matches_cpu_full_width() {
             "full width streaming call, {cached} cached frames, {} splits: {ms:.3} ms \
              (launches not graphed)",
             gpu.attention_splits()
+        );
+    }
+}
+
+/// Exact (erf) GELU in f64, for the reference.
+fn gelu_f64(x: f64) -> f64 {
+    0.5 * x * (1.0 + erf_f64(x / std::f64::consts::SQRT_2))
+}
+
+/// erf to ~1e-12: the Maclaurin series below 3, the asymptotic expansion of erfc beyond.
+fn erf_f64(x: f64) -> f64 {
+    let a = x.abs();
+    let r = if a < 3.0 {
+        // erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1))
+        let mut term = a;
+        let mut sum = a;
+        let x2 = a * a;
+        let mut n = 0.0f64;
+        while term.abs() > 1e-17 * sum.abs() {
+            n += 1.0;
+            term *= -x2 / n;
+            sum += term / (2.0 * n + 1.0);
+            if n > 200.0 {
+                break;
+            }
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc(x) ~ exp(-x^2) / (x sqrt(pi)) (1 - 1/(2x^2) + 3/(4x^4) - ...)
+        let x2 = a * a;
+        let s = 1.0 - 1.0 / (2.0 * x2) + 3.0 / (4.0 * x2 * x2) - 15.0 / (8.0 * x2 * x2 * x2);
+        1.0 - (-x2).exp() / (a * std::f64::consts::PI.sqrt()) * s
+    };
+    r.copysign(x)
+}
+
+/// The small-m linear kernel (y = x wᵀ + b, bf16 operands, f32 accumulation) against f64 on the
+/// same bf16 values, for 1, 3 and 8 rows and the head's shapes plus ragged ones (k = 1000: a chunk
+/// count that is no multiple of a warp's; k = 1001: unaligned rows, the scalar path; n = 37), in
+/// its f32, bf16 and bf16-GELU outputs.
+#[test]
+fn small_m_linear_matches_f64() {
+    let Some(dev) = device() else { return };
+    let mut rng = StdRng::seed_from_u64(5);
+    // (k, n, x row stride)
+    let shapes = [
+        (1024usize, 1024usize, 1024usize),
+        (1024, 4096, 1024),
+        (4096, 1024, 4096),
+        (1000, 37, 1008),
+        (1001, 37, 1001),
+    ];
+    for &(k, n, stride) in &shapes {
+        let a = (3.0 / k as f32).sqrt();
+        let w: Vec<bf16> = (0..n * k)
+            .map(|_| bf16::from_f32(rng.random_range(-a..a)))
+            .collect();
+        let bias: Vec<f32> = (0..n).map(|_| rng.random_range(-0.5f32..0.5)).collect();
+        let w_dev: CudaSlice<bf16> = dev.stream.clone_htod(&w).expect("w");
+        let b_dev: CudaSlice<f32> = dev.stream.clone_htod(&bias).expect("bias");
+        for m in [1usize, 3, 8] {
+            let x: Vec<bf16> = (0..(m - 1) * stride + k)
+                .map(|_| bf16::from_f32(rng.random_range(-2.0f32..2.0)))
+                .collect();
+            let x_dev: CudaSlice<bf16> = dev.stream.clone_htod(&x).expect("x");
+            // Reference and a per-element error scale (sum of |products|).
+            let mut want = vec![0.0f64; m * n];
+            let mut scale = vec![0.0f64; m * n];
+            for r in 0..m {
+                for c in 0..n {
+                    let (mut acc, mut mag) = (bias[c] as f64, (bias[c] as f64).abs());
+                    for i in 0..k {
+                        let p = x[r * stride + i].to_f64() * w[c * k + i].to_f64();
+                        acc += p;
+                        mag += p.abs();
+                    }
+                    want[r * n + c] = acc;
+                    scale[r * n + c] = mag;
+                }
+            }
+            let label = format!("{k} -> {n}, m = {m}, stride {stride}");
+
+            let y_dev: CudaSlice<f32> = dev.stream.alloc_zeros(m * n).expect("y");
+            small_m_linear(
+                &dev,
+                DevPtr::of(&x_dev),
+                stride,
+                DevPtr::of(&w_dev),
+                Some(DevPtr::of(&b_dev)),
+                SmallMOut::F32(DevPtr::of(&y_dev)),
+                m,
+                n,
+                k,
+            )
+            .expect("small_m_linear f32");
+            let got = dev.stream.clone_dtoh(&y_dev).expect("y read");
+            let mut worst = 0.0f64;
+            for i in 0..m * n {
+                let err = (got[i] as f64 - want[i]).abs();
+                // f32 accumulation over k terms, in a different order than the reference.
+                let tol = 1e-5 * scale[i] + 1e-6;
+                assert!(
+                    err <= tol,
+                    "{label}: f32 y[{}][{}] = {}, want {} (err {err:.3e} > {tol:.3e})",
+                    i / n,
+                    i % n,
+                    got[i],
+                    want[i]
+                );
+                worst = worst.max(err / scale[i].max(1e-30));
+            }
+
+            for gelu in [false, true] {
+                let yb_dev: CudaSlice<bf16> = dev.stream.alloc_zeros(m * n).expect("yb");
+                let out = if gelu {
+                    SmallMOut::Bf16Gelu(DevPtr::of(&yb_dev))
+                } else {
+                    SmallMOut::Bf16(DevPtr::of(&yb_dev))
+                };
+                small_m_linear(
+                    &dev,
+                    DevPtr::of(&x_dev),
+                    stride,
+                    DevPtr::of(&w_dev),
+                    Some(DevPtr::of(&b_dev)),
+                    out,
+                    m,
+                    n,
+                    k,
+                )
+                .expect("small_m_linear bf16");
+                let got = dev.stream.clone_dtoh(&yb_dev).expect("yb read");
+                for i in 0..m * n {
+                    let pre = want[i];
+                    let y = if gelu {
+                        gelu_f64(bf16::from_f64(pre).to_f64())
+                    } else {
+                        pre
+                    };
+                    let g = got[i].to_f64();
+                    // Each bf16 rounding is half an ulp (2^-9 relative); where the f32 sum sits
+                    // on a rounding edge the GPU may round the other way (an ulp of the GELU's
+                    // input, |GELU'| < 1.13).
+                    let tol = (y.abs() + pre.abs()) * 2f64.powi(-7) + 1e-5 * scale[i] + 1e-6;
+                    assert!(
+                        (g - y).abs() <= tol,
+                        "{label}: bf16 (gelu {gelu}) y[{}][{}] = {g}, want {y}",
+                        i / n,
+                        i % n
+                    );
+                }
+            }
+            eprintln!("{label}: worst f32 error / sum|products| {worst:.3e}");
+        }
+    }
+
+    // Timing of the head's streaming shapes (m = 1), launches back to back.
+    for &(k, n) in &[
+        (2048usize, 6144usize),
+        (2048, 8192),
+        (8192, 2048),
+        (2048, 2048),
+    ] {
+        let w: CudaSlice<bf16> = dev.stream.alloc_zeros(n * k).expect("w");
+        let x: CudaSlice<bf16> = dev.stream.alloc_zeros(k).expect("x");
+        let y: CudaSlice<f32> = dev.stream.alloc_zeros(n).expect("y");
+        let step = || {
+            small_m_linear(
+                &dev,
+                DevPtr::of(&x),
+                k,
+                DevPtr::of(&w),
+                None,
+                SmallMOut::F32(DevPtr::of(&y)),
+                1,
+                n,
+                k,
+            )
+            .expect("small_m_linear")
+        };
+        step();
+        dev.stream.synchronize().expect("sync");
+        let iters = 50;
+        let t = std::time::Instant::now();
+        for _ in 0..iters {
+            step();
+        }
+        dev.stream.synchronize().expect("sync");
+        let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        eprintln!(
+            "small_m_linear m = 1, {k} -> {n}: {us:.1} us per call ({:.2} TB/s of weights, \
+             launch gaps included)",
+            (n * k * 2) as f64 / us * 1e-6
         );
     }
 }

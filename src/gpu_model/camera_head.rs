@@ -3,20 +3,26 @@
 //! The head sees one token per frame (the camera token of the last aggregator tap), runs
 //! `iterations` refinements of a small transformer trunk over the camera tokens of every committed
 //! frame, and accumulates the pose encoding. Weights are bf16 for matrices and f32 for norms,
-//! LayerScale and the two tiny 9-wide layers (`embed_pose`, the pose branch's last layer, which
-//! are computed by their own kernels: a 9-element row is not a shape for cuBLASLt). Activations
-//! and the residual stream are f32; GEMM inputs bf16.
+//! biases, LayerScale and the two tiny 9-wide layers (`embed_pose`, the pose branch's last layer).
+//! Activations and the residual stream are f32; matrix-product inputs bf16.
+//!
+//! Every matrix product has one row per frame (m = 1 in streaming), so none goes through cuBLASLt:
+//! `cam_linear_*` (kernels/camera_head.cu) streams the bf16 weights over all SMs, one warp per
+//! output column, and fuses what surrounds each layer: the LayerNorm before it (prologue), the
+//! bias, GELU, residual, modulation, K/V cache append or the pose branch's last layer after it
+//! (epilogue). A call launches `1 + iterations x (2 + 5 x blocks)` kernels (89 at full size).
 //!
 //! The cache `[iteration][layer][capacity][heads][head_dim]` (K and V, bf16) is allocated once in
 //! [`GpuCameraHead::upload`] and never evicted. The number of committed frames is a device `u32`
 //! the caller uploads before each step: everything here may be captured into a CUDA graph (no
-//! allocation, no host sync, no per-frame launch scalar).
+//! allocation, no host sync, no per-frame launch scalar; the kernels' completion counters reset
+//! themselves).
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use crate::backend::cuda::arena::DevPtr;
-use crate::backend::cuda::gemm::{Epilogue, Gemm};
+use crate::backend::cuda::gemm::Gemm;
 use crate::backend::cuda::{CudaDevice, CudaError};
 use crate::model::block::TransformerBlock;
 use crate::model::camera_head::CameraHead;
@@ -24,10 +30,10 @@ use crate::model::config::POSE_ENC_LEN;
 use crate::model::ops::linear::Linear;
 use crate::model::ops::norm::LayerNorm;
 
-/// Threads of the row kernels (one CTA per frame).
-const ROW_THREADS: u32 = 256;
-/// Threads of the elementwise kernels' CTAs.
-const ELEMENTWISE_THREADS: u32 = 256;
+/// Threads of `cam_token_norm` for widths up to 2048 (8 values per thread, in registers).
+const TOKEN_NORM_THREADS: usize = 256;
+/// Values per thread of `cam_token_norm` (its `TN_PER_THREAD`).
+const TOKEN_NORM_PER_THREAD: usize = 8;
 /// Threads of `cam_attention_partial` (4 warps; the kernel's `ATT_THREADS`).
 const ATTENTION_THREADS: u32 = 128;
 /// Largest head_dim the attention kernel handles (one thread per dimension in its final merge).
@@ -38,6 +44,79 @@ const MAX_SPLITS: usize = 64;
 /// it saves).
 const MIN_KEYS_PER_SPLIT: usize = 4;
 
+/// Warps per CTA of the linear kernel (its `LIN_WARPS`); a warp owns one column group.
+const LIN_WARPS: usize = 8;
+const LIN_THREADS: u32 = 32 * LIN_WARPS as u32;
+/// Largest row tile of the linear kernel (its entry points are for 1, 2, 4 and 8 rows).
+const LIN_MAX_TILE: usize = 8;
+/// Shared memory a prologue may use for its x tile (tile x k bf16) without opting in to more.
+const LIN_SMEM_LIMIT: usize = 48 * 1024;
+/// Floats per CTA in the pose branch's partial sums (8 rows x 9 outputs).
+const BRANCH_PART: usize = LIN_MAX_TILE * POSE_ENC_LEN;
+
+// The linear kernel's prologues and epilogues (LIN_PRO_* / LIN_EPI_* in camera_head.cu).
+const PRO_NONE: u32 = 0;
+const PRO_LN: u32 = 1;
+const PRO_EMBED: u32 = 2;
+const EPI_F32: u32 = 0;
+const EPI_BF16: u32 = 1;
+const EPI_BF16_GELU: u32 = 2;
+const EPI_RESID: u32 = 3;
+const EPI_MODULATE: u32 = 4;
+const EPI_BRANCH: u32 = 5;
+
+/// The linear kernel's argument (`LinArgs` in kernels/camera_head.cu, field for field: 24
+/// addresses, then 16 32-bit values; 256 bytes). Null addresses are unused.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct LinArgs {
+    x: u64,
+    w: u64,
+    bias: u64,
+    src: u64,
+    nw: u64,
+    nb: u64,
+    pose: u64,
+    ew: u64,
+    eb: u64,
+    out_f32: u64,
+    out_bf16: u64,
+    h: u64,
+    gamma: u64,
+    mx: u64,
+    mxn: u64,
+    cache_k: u64,
+    cache_v: u64,
+    cache_len: u64,
+    bw: u64,
+    bb: u64,
+    part: u64,
+    counter: u64,
+    raw: u64,
+    pose_out: u64,
+    rows: u32,
+    n: u32,
+    k: u32,
+    x_stride: u32,
+    prologue: u32,
+    epilogue: u32,
+    eps: f32,
+    pose_stride: u32,
+    capacity: u32,
+    width: u32,
+    append: u32,
+    first: u32,
+    groups: u32,
+    group_stride: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+const _: () = assert!(size_of::<LinArgs>() == 256);
+
+// SAFETY: LinArgs is repr(C), plain integers and floats, laid out as the kernel's struct.
+unsafe impl DeviceRepr for LinArgs {}
+
 /// A LayerNorm's affine parameters on the device (either may be absent).
 struct DevNorm {
     weight: Option<CudaSlice<f32>>,
@@ -45,16 +124,8 @@ struct DevNorm {
     eps: f32,
 }
 
-/// A linear layer whose GEMM writes bf16 (bias bf16).
-struct DevLinearBf16 {
-    weight: CudaSlice<bf16>,
-    bias: Option<CudaSlice<bf16>>,
-    out_features: usize,
-    in_features: usize,
-}
-
-/// A linear layer whose GEMM writes f32 (bias f32).
-struct DevLinearF32 {
+/// A linear layer: bf16 weight `[out][in]`, f32 bias.
+struct DevLinear {
     weight: CudaSlice<bf16>,
     bias: Option<CudaSlice<f32>>,
     out_features: usize,
@@ -64,12 +135,12 @@ struct DevLinearF32 {
 /// One trunk block (pre-norm, no qk-norm, no RoPE, LayerScale).
 struct DevBlock {
     norm1: DevNorm,
-    qkv: DevLinearBf16,
-    proj: DevLinearF32,
+    qkv: DevLinear,
+    proj: DevLinear,
     ls1: CudaSlice<f32>,
     norm2: DevNorm,
-    fc1: DevLinearBf16,
-    fc2: DevLinearF32,
+    fc1: DevLinear,
+    fc2: DevLinear,
     ls2: CudaSlice<f32>,
 }
 
@@ -81,24 +152,21 @@ struct Scratch {
     x_normed: CudaSlice<f32>,
     /// The residual stream.
     h: CudaSlice<f32>,
-    /// Outputs of the f32 GEMMs (proj, fc2) before the residual add.
-    tmp: CudaSlice<f32>,
-    /// [shift | scale | gate] per frame.
-    mods: CudaSlice<f32>,
     /// The accumulated pose encoding before the FoV ReLU.
     raw: CudaSlice<f32>,
-    /// SiLU(embed_pose(pose)).
-    embedded: CudaSlice<bf16>,
-    /// The current LayerNorm output (GEMM input).
-    normed: CudaSlice<bf16>,
     qkv: CudaSlice<bf16>,
     attn: CudaSlice<bf16>,
-    /// MLP hidden layer (also the pose branch's hidden layer).
+    /// GELU(fc1) of the MLP.
     hidden: CudaSlice<bf16>,
     /// Per split: normalised partial attention outputs `[frames][heads][splits][head_dim]`
     /// and their log2-sum-exp `[frames][heads][splits]`.
     part_o: CudaSlice<f32>,
     part_lse: CudaSlice<f32>,
+    /// Finished splits per (frame, head); the merging split resets its counter to 0.
+    att_counters: CudaSlice<u32>,
+    /// Pose branch partial sums `[row tile][CTA][8][9]` and finished CTAs per row tile.
+    branch_part: CudaSlice<f32>,
+    branch_counters: CudaSlice<u32>,
 }
 
 /// The camera head's weights, cache and scratch on one GPU.
@@ -106,22 +174,22 @@ pub struct GpuCameraHead {
     width: usize,
     heads: usize,
     head_dim: usize,
-    mlp_hidden: usize,
-    branch_hidden: usize,
     iterations: usize,
     max_frames: usize,
     capacity: usize,
     splits: usize,
+    /// Resident CTAs of the linear kernel on the whole GPU, `[nc3][log2 tile]`.
+    lin_resident: [[usize; 4]; 2],
 
     token_norm: DevNorm,
     adaptive_eps: f32,
     empty_pose: CudaSlice<f32>,
     embed_weight: CudaSlice<f32>,
     embed_bias: Option<CudaSlice<f32>>,
-    modulation: DevLinearF32,
+    modulation: DevLinear,
     trunk: Vec<DevBlock>,
     trunk_norm: DevNorm,
-    branch_fc1: DevLinearBf16,
+    branch_fc1: DevLinear,
     branch_fc2_weight: CudaSlice<f32>,
     branch_fc2_bias: Option<CudaSlice<f32>>,
 
@@ -214,31 +282,15 @@ fn check_linear(l: &Linear, out: usize, inp: usize, what: &str) -> Result<(), Cu
     Ok(())
 }
 
-fn upload_linear_bf16(
+fn upload_linear(
     dev: &CudaDevice,
     l: &Linear,
     out: usize,
     inp: usize,
     what: &str,
-) -> Result<DevLinearBf16, CudaError> {
+) -> Result<DevLinear, CudaError> {
     check_linear(l, out, inp, what)?;
-    Ok(DevLinearBf16 {
-        weight: upload_bf16(dev, &l.weight)?,
-        bias: l.bias.as_deref().map(|b| upload_bf16(dev, b)).transpose()?,
-        out_features: out,
-        in_features: inp,
-    })
-}
-
-fn upload_linear_f32(
-    dev: &CudaDevice,
-    l: &Linear,
-    out: usize,
-    inp: usize,
-    what: &str,
-) -> Result<DevLinearF32, CudaError> {
-    check_linear(l, out, inp, what)?;
-    Ok(DevLinearF32 {
+    Ok(DevLinear {
         weight: upload_bf16(dev, &l.weight)?,
         bias: l.bias.as_deref().map(|b| upload_f32(dev, b)).transpose()?,
         out_features: out,
@@ -263,12 +315,12 @@ fn upload_block(
     let name = |part: &str| format!("trunk.{j}.{part}");
     Ok(DevBlock {
         norm1: upload_norm(dev, &b.norm1, width, &name("norm1"))?,
-        qkv: upload_linear_bf16(dev, &b.qkv, 3 * width, width, &name("qkv"))?,
-        proj: upload_linear_f32(dev, &b.proj, width, width, &name("proj"))?,
+        qkv: upload_linear(dev, &b.qkv, 3 * width, width, &name("qkv"))?,
+        proj: upload_linear(dev, &b.proj, width, width, &name("proj"))?,
         ls1: upload_f32(dev, &b.ls1)?,
         norm2: upload_norm(dev, &b.norm2, width, &name("norm2"))?,
-        fc1: upload_linear_bf16(dev, &b.fc1, hidden, width, &name("fc1"))?,
-        fc2: upload_linear_f32(dev, &b.fc2, width, hidden, &name("fc2"))?,
+        fc1: upload_linear(dev, &b.fc1, hidden, width, &name("fc1"))?,
+        fc2: upload_linear(dev, &b.fc2, width, hidden, &name("fc2"))?,
         ls2: upload_f32(dev, &b.ls2)?,
     })
 }
@@ -328,22 +380,174 @@ unsafe fn launch(
     Ok(())
 }
 
-fn rows_cfg(frames: usize, threads: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (frames as u32, 1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
+/// Row tile of the linear kernel for `rows` rows: the smallest entry point (1, 2, 4, 8 rows)
+/// that holds them, smaller when a prologue's x tile (tile x k bf16) would not fit in shared
+/// memory.
+fn lin_tile(rows: usize, k: usize, prologue: bool) -> Result<usize, CudaError> {
+    let mut tile = rows.max(1).next_power_of_two().min(LIN_MAX_TILE);
+    if prologue {
+        while tile > 1 && tile * k * 2 > LIN_SMEM_LIMIT {
+            tile /= 2;
+        }
+        if k * 2 > LIN_SMEM_LIMIT {
+            return Err(invalid(format!(
+                "camera head linear: a {k}-wide input row does not fit in shared memory"
+            )));
+        }
+    }
+    Ok(tile)
+}
+
+fn lin_name(nc3: bool, tile: usize) -> &'static str {
+    match (nc3, tile) {
+        (false, 1) => "cam_linear_m1",
+        (false, 2) => "cam_linear_m2",
+        (false, 4) => "cam_linear_m4",
+        (false, _) => "cam_linear_m8",
+        (true, 1) => "cam_linear3_m1",
+        (true, 2) => "cam_linear3_m2",
+        (true, 4) => "cam_linear3_m4",
+        (true, _) => "cam_linear3_m8",
     }
 }
 
-fn elementwise_cfg(n: usize) -> LaunchConfig {
-    // Grid-stride kernels: a few thousand CTAs at most are plenty for these sizes.
-    let blocks = n.div_ceil(ELEMENTWISE_THREADS as usize).clamp(1, 4096) as u32;
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (ELEMENTWISE_THREADS, 1, 1),
-        shared_mem_bytes: 0,
+/// CTAs of the linear kernel `name` resident on the whole GPU with `smem` bytes each.
+fn lin_resident_ctas(dev: &CudaDevice, name: &str, smem: usize) -> Result<usize, CudaError> {
+    let f = dev.kernels.get(name)?;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(LIN_THREADS, smem, None)?;
+    Ok((per_sm.max(1) * dev.info.sm_count.max(1)) as usize)
+}
+
+/// CTAs along x for `groups` column groups: one group per warp when they all fit at once, else
+/// the fewest waves of resident CTAs, evened out so every warp walks the same number of groups.
+fn lin_grid_x(groups: usize, resident: usize) -> usize {
+    let needed = groups.div_ceil(LIN_WARPS).max(1);
+    let waves = needed.div_ceil(resident.max(1));
+    needed.div_ceil(waves)
+}
+
+/// Launches the linear kernel for `a` (everything but `groups`/`group_stride` filled in; NC = 3
+/// column groups for the modulation, else 1). `resident` gives the resident CTAs of the entry
+/// point for a tile (None: ask the driver).
+///
+/// # Safety
+/// Every address in `a` must point at a live buffer as large as the launch reads or writes for
+/// `a.rows`, `a.n`, `a.k` and the prologue / epilogue it selects.
+unsafe fn launch_linear(
+    dev: &CudaDevice,
+    mut a: LinArgs,
+    nc3: bool,
+    resident: Option<&[[usize; 4]; 2]>,
+) -> Result<(), CudaError> {
+    let (rows, n, k) = (a.rows as usize, a.n as usize, a.k as usize);
+    if rows == 0 || n == 0 || k == 0 {
+        return Err(invalid(format!(
+            "camera head linear: empty shape {rows} x {k} -> {n}"
+        )));
     }
+    let prologue = a.prologue != PRO_NONE;
+    let tile = lin_tile(rows, k, prologue)?;
+    let name = lin_name(nc3, tile);
+    let smem = if prologue { tile * k * 2 } else { 0 };
+    if nc3 {
+        if !n.is_multiple_of(3) {
+            return Err(invalid(
+                "camera head linear: 3-column groups need n % 3 == 0",
+            ));
+        }
+        a.groups = (n / 3) as u32;
+        a.group_stride = (n / 3) as u32;
+    } else {
+        a.groups = n as u32;
+        a.group_stride = 0;
+    }
+    let resident = match resident {
+        Some(r) => r[usize::from(nc3)][tile.trailing_zeros() as usize],
+        None => lin_resident_ctas(dev, name, smem)?,
+    };
+    let cfg = LaunchConfig {
+        grid_dim: (
+            lin_grid_x(a.groups as usize, resident) as u32,
+            rows.div_ceil(tile) as u32,
+            1,
+        ),
+        block_dim: (LIN_THREADS, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    let f = dev.kernels.get(name)?;
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&a);
+    // SAFETY: the caller guarantees the buffers behind `a`; the struct matches the kernel's.
+    unsafe { b.launch(cfg) }?;
+    Ok(())
+}
+
+/// What [`small_m_linear`] writes.
+#[derive(Clone, Copy, Debug)]
+pub enum SmallMOut {
+    /// `y = x wᵀ + b` in f32.
+    F32(DevPtr<f32>),
+    /// `bf16(x wᵀ + b)`.
+    Bf16(DevPtr<bf16>),
+    /// `bf16(GELU(bf16(x wᵀ + b)))` (exact erf GELU).
+    Bf16Gelu(DevPtr<bf16>),
+}
+
+/// The camera head's small-m linear layer on its own (for tests and benchmarks): `y[r][n] =
+/// x[r] · w[n] + bias[n]` for `rows` rows of `x` (bf16, `x_stride` elements apart), `w` bf16
+/// `[n][k]`, f32 accumulation. Launches only.
+#[allow(clippy::too_many_arguments)]
+pub fn small_m_linear(
+    dev: &CudaDevice,
+    x: DevPtr<bf16>,
+    x_stride: usize,
+    w: DevPtr<bf16>,
+    bias: Option<DevPtr<f32>>,
+    out: SmallMOut,
+    rows: usize,
+    n: usize,
+    k: usize,
+) -> Result<(), CudaError> {
+    if rows == 0 || n == 0 || k == 0 || x_stride < k {
+        return Err(invalid(format!(
+            "small_m_linear: {rows} rows of {k} (stride {x_stride}) -> {n}"
+        )));
+    }
+    x.check_len((rows - 1) * x_stride + k, "small_m_linear x")?;
+    w.check_len(n * k, "small_m_linear w")?;
+    if let Some(b) = bias {
+        b.check_len(n, "small_m_linear bias")?;
+    }
+    let mut a = LinArgs {
+        x: x.addr(),
+        w: w.addr(),
+        bias: bias.map_or(0, |b| b.addr()),
+        rows: u32_of(rows, "rows")?,
+        n: u32_of(n, "n")?,
+        k: u32_of(k, "k")?,
+        x_stride: u32_of(x_stride, "x_stride")?,
+        prologue: PRO_NONE,
+        ..LinArgs::default()
+    };
+    u32_of(rows * n.max(x_stride), "elements")?;
+    match out {
+        SmallMOut::F32(y) => {
+            y.check_len(rows * n, "small_m_linear y")?;
+            a.out_f32 = y.addr();
+            a.epilogue = EPI_F32;
+        }
+        SmallMOut::Bf16(y) | SmallMOut::Bf16Gelu(y) => {
+            y.check_len(rows * n, "small_m_linear y")?;
+            a.out_bf16 = y.addr();
+            a.epilogue = if matches!(out, SmallMOut::Bf16(_)) {
+                EPI_BF16
+            } else {
+                EPI_BF16_GELU
+            };
+        }
+    }
+    // SAFETY: every buffer was checked against the shape above; the rest of `a` is null.
+    unsafe { launch_linear(dev, a, false, None) }
 }
 
 impl GpuCameraHead {
@@ -393,6 +597,12 @@ impl GpuCameraHead {
                 "camera head: width {width} must be a multiple of 8"
             )));
         }
+        if width > TOKEN_NORM_PER_THREAD * 1024 || width * 2 > LIN_SMEM_LIMIT {
+            return Err(invalid(format!(
+                "camera head: width {width} above the kernels' {} (a row in shared memory)",
+                LIN_SMEM_LIMIT / 2
+            )));
+        }
         if cpu.adaptive_norm.weight.is_some() || cpu.adaptive_norm.bias.is_some() {
             return Err(invalid(
                 "camera head: the adaptive norm is expected without affine parameters",
@@ -428,31 +638,47 @@ impl GpuCameraHead {
         );
         let m = max_frames_per_call;
         let cache_elems = iterations * layers * cache_capacity_frames * width;
+
+        // Resident CTAs of each linear entry point (with the largest prologue tile it gets).
+        let mut lin_resident = [[0usize; 4]; 2];
+        for (nc, row) in lin_resident.iter_mut().enumerate() {
+            for (t, r) in row.iter_mut().enumerate() {
+                let tile = 1usize << t;
+                *r = lin_resident_ctas(dev, lin_name(nc == 1, tile), tile * width * 2)?;
+            }
+        }
+        // Row tiles of a call and the pose branch's CTAs (partial sums per tile and CTA).
+        let max_tiles = (1..=m)
+            .map(|rows| lin_tile(rows, width, true).map(|t| rows.div_ceil(t)))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .max()
+            .unwrap_or(1);
+        let branch_ctas = branch_hidden.div_ceil(LIN_WARPS);
+
         let scratch = Scratch {
             x: zeros(dev, m * width)?,
             x_normed: zeros(dev, m * width)?,
             h: zeros(dev, m * width)?,
-            tmp: zeros(dev, m * width)?,
-            mods: zeros(dev, m * 3 * width)?,
             raw: zeros(dev, m * POSE_ENC_LEN)?,
-            embedded: zeros(dev, m * width)?,
-            normed: zeros(dev, m * width)?,
             qkv: zeros(dev, m * 3 * width)?,
             attn: zeros(dev, m * width)?,
-            hidden: zeros(dev, m * mlp_hidden.max(branch_hidden))?,
+            hidden: zeros(dev, m * mlp_hidden)?,
             part_o: zeros(dev, m * heads * MAX_SPLITS * head_dim)?,
             part_lse: zeros(dev, m * heads * MAX_SPLITS)?,
+            att_counters: zeros(dev, m * heads)?,
+            branch_part: zeros(dev, max_tiles * branch_ctas * BRANCH_PART)?,
+            branch_counters: zeros(dev, max_tiles)?,
         };
         Ok(Self {
             width,
             heads,
             head_dim,
-            mlp_hidden,
-            branch_hidden,
             iterations,
             max_frames: max_frames_per_call,
             capacity: cache_capacity_frames,
             splits,
+            lin_resident,
             token_norm: upload_norm(dev, &cpu.token_norm, width, "token_norm")?,
             adaptive_eps: cpu.adaptive_norm.eps,
             empty_pose: upload_f32(dev, &cpu.empty_pose)?,
@@ -463,10 +689,10 @@ impl GpuCameraHead {
                 .as_deref()
                 .map(|b| upload_f32(dev, b))
                 .transpose()?,
-            modulation: upload_linear_f32(dev, &cpu.modulation, 3 * width, width, "modulation")?,
+            modulation: upload_linear(dev, &cpu.modulation, 3 * width, width, "modulation")?,
             trunk,
             trunk_norm: upload_norm(dev, &cpu.trunk_norm, width, "trunk_norm")?,
-            branch_fc1: upload_linear_bf16(
+            branch_fc1: upload_linear(
                 dev,
                 &cpu.branch_fc1,
                 branch_hidden,
@@ -520,6 +746,8 @@ impl GpuCameraHead {
     /// the first `*cache_len` committed frames of the cache plus themselves (bidirectionally);
     /// with `append` their K/V are written at slots `cache_len .. cache_len + frames` (the caller
     /// advances `cache_len` and guarantees the capacity). Launches only: graph-capturable.
+    /// `gemm` is not used any more (the head's layers have their own kernel); it stays in the
+    /// signature for the callers.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &mut self,
@@ -532,6 +760,7 @@ impl GpuCameraHead {
         append: bool,
         pose_enc_out: DevPtr<f32>,
     ) -> Result<(), CudaError> {
+        let _ = gemm;
         let w = self.width;
         if frames == 0 || frames > self.max_frames {
             return Err(invalid(format!(
@@ -549,14 +778,22 @@ impl GpuCameraHead {
         pose_enc_out.check_len(frames * POSE_ENC_LEN, "camera head pose_enc_out")?;
 
         let s = &self.scratch;
-
+        let threads = w
+            .div_ceil(TOKEN_NORM_PER_THREAD)
+            .next_multiple_of(32)
+            .max(TOKEN_NORM_THREADS) as u32;
         // x = token_norm(token); x_normed = LN(x) without affine.
-        // SAFETY: matches cam_token_norm; x, x_normed hold max_frames rows; tokens checked above.
+        // SAFETY: matches cam_token_norm; x, x_normed hold max_frames rows; tokens checked above;
+        // width <= 8 x threads (checked at upload: width <= 8192).
         unsafe {
             launch(
                 dev,
                 "cam_token_norm",
-                rows_cfg(frames, ROW_THREADS),
+                LaunchConfig {
+                    grid_dim: (frames as u32, 1, 1),
+                    block_dim: (threads, 1, 1),
+                    shared_mem_bytes: 0,
+                },
                 &[
                     Arg::U64(tokens.addr()),
                     Arg::U64(token_stride as u64),
@@ -572,116 +809,80 @@ impl GpuCameraHead {
         }
 
         for it in 0..self.iterations {
-            self.modulated_input(dev, gemm, it, frames)?;
-            // LN1 of the first block (or the final norm when the trunk is empty).
-            let first_norm = self.trunk.first().map_or(&self.trunk_norm, |b| &b.norm1);
-            self.residual_ln(dev, None, None, first_norm, frames)?;
+            self.modulated_input(dev, it, frames)?;
             for j in 0..self.trunk.len() {
-                self.block(dev, gemm, it, j, frames, cache_len, append)?;
+                self.block(dev, it, j, frames, cache_len, append)?;
             }
-            self.pose_branch(dev, gemm, it, frames, pose_enc_out)?;
+            self.pose_branch(dev, it, frames, pose_enc_out)?;
         }
         Ok(())
     }
 
-    /// `h = gate * (x_normed * (1 + scale) + shift) + x` with `[shift, scale, gate]` from the
-    /// modulation of SiLU(embed_pose(pose)), pose = the empty pose first, then the raw sum.
-    fn modulated_input(
-        &self,
-        dev: &CudaDevice,
-        gemm: &mut Gemm,
-        it: usize,
-        frames: usize,
-    ) -> Result<(), CudaError> {
+    /// Launches the linear kernel with this head's occupancy table.
+    ///
+    /// # Safety
+    /// As [`launch_linear`].
+    unsafe fn linear(&self, dev: &CudaDevice, a: LinArgs, nc3: bool) -> Result<(), CudaError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { launch_linear(dev, a, nc3, Some(&self.lin_resident)) }
+    }
+
+    /// The arguments common to a layer `l` over `frames` rows.
+    fn lin_args(l: &DevLinear, frames: usize) -> LinArgs {
+        LinArgs {
+            w: ptr(&l.weight),
+            bias: opt_ptr(&l.bias),
+            rows: frames as u32,
+            n: l.out_features as u32,
+            k: l.in_features as u32,
+            x_stride: l.in_features as u32,
+            ..LinArgs::default()
+        }
+    }
+
+    /// `x = bf16(norm(h))` as a linear layer's prologue.
+    fn with_ln(&self, mut a: LinArgs, norm: &DevNorm) -> LinArgs {
+        a.prologue = PRO_LN;
+        a.src = ptr(&self.scratch.h);
+        a.nw = opt_ptr(&norm.weight);
+        a.nb = opt_ptr(&norm.bias);
+        a.eps = norm.eps;
+        a
+    }
+
+    /// `h = gate * (x_normed * (1 + scale) + shift) + x` with `[shift, scale, gate]` the
+    /// modulation of SiLU(embed_pose(pose)), pose = the empty pose first, then the raw sum: one
+    /// launch (the embedding is the prologue, the modulation the epilogue).
+    fn modulated_input(&self, dev: &CudaDevice, it: usize, frames: usize) -> Result<(), CudaError> {
         let s = &self.scratch;
-        let w = self.width;
         let (pose, stride) = if it == 0 {
             (ptr(&self.empty_pose), 0u32)
         } else {
             (ptr(&s.raw), POSE_ENC_LEN as u32)
         };
-        // SAFETY: matches cam_embed_pose_silu; embedded holds max_frames rows of width; the pose
-        // source holds 9 values (stride 0) or frames x 9.
-        unsafe {
-            launch(
-                dev,
-                "cam_embed_pose_silu",
-                elementwise_cfg(frames * w),
-                &[
-                    Arg::U64(pose),
-                    Arg::U32(stride),
-                    Arg::U64(ptr(&self.embed_weight)),
-                    Arg::U64(opt_ptr(&self.embed_bias)),
-                    Arg::U64(ptr(&s.embedded)),
-                    Arg::U32(w as u32),
-                    Arg::U32(frames as u32),
-                ],
-            )?;
-        }
-        linear_f32(
-            dev,
-            gemm,
-            &self.modulation,
-            DevPtr::of(&s.embedded),
-            DevPtr::of(&s.mods),
-            frames,
-        )?;
-        // SAFETY: matches cam_modulate; all buffers hold max_frames rows (mods 3 x width).
-        unsafe {
-            launch(
-                dev,
-                "cam_modulate",
-                elementwise_cfg(frames * w),
-                &[
-                    Arg::U64(ptr(&s.x)),
-                    Arg::U64(ptr(&s.x_normed)),
-                    Arg::U64(ptr(&s.mods)),
-                    Arg::U64(ptr(&s.h)),
-                    Arg::U32(w as u32),
-                    Arg::U32(frames as u32),
-                ],
-            )
-        }
+        let a = LinArgs {
+            prologue: PRO_EMBED,
+            pose,
+            pose_stride: stride,
+            ew: ptr(&self.embed_weight),
+            eb: opt_ptr(&self.embed_bias),
+            epilogue: EPI_MODULATE,
+            h: ptr(&s.h),
+            mx: ptr(&s.x),
+            mxn: ptr(&s.x_normed),
+            ..Self::lin_args(&self.modulation, frames)
+        };
+        // SAFETY: the modulation is 3W x W (checked at upload); h, x, x_normed hold max_frames
+        // rows of W; the pose source holds 9 values (stride 0) or frames x 9; embed_pose is
+        // W x 9 (checked at upload).
+        unsafe { self.linear(dev, a, true) }
     }
 
-    /// `h += gamma * y` when `y` is given, then `normed = bf16(norm(h))`.
-    fn residual_ln(
-        &self,
-        dev: &CudaDevice,
-        y: Option<&CudaSlice<f32>>,
-        gamma: Option<&CudaSlice<f32>>,
-        norm: &DevNorm,
-        frames: usize,
-    ) -> Result<(), CudaError> {
-        let s = &self.scratch;
-        // SAFETY: matches cam_residual_ln; h, y (tmp) and normed hold max_frames rows of width;
-        // gamma and the norm's vectors hold width values (checked at upload).
-        unsafe {
-            launch(
-                dev,
-                "cam_residual_ln",
-                rows_cfg(frames, ROW_THREADS),
-                &[
-                    Arg::U64(ptr(&s.h)),
-                    Arg::U64(y.map_or(0, ptr)),
-                    Arg::U64(gamma.map_or(0, ptr)),
-                    Arg::U64(opt_ptr(&norm.weight)),
-                    Arg::U64(opt_ptr(&norm.bias)),
-                    Arg::F32(norm.eps),
-                    Arg::U64(ptr(&s.normed)),
-                    Arg::U32(self.width as u32),
-                ],
-            )
-        }
-    }
-
-    /// Trunk block `j` of iteration `it`; on entry `normed` holds LN1(h), on exit the next
-    /// norm's output (LN1 of block j + 1, or trunk_norm after the last block).
-    #[allow(clippy::too_many_arguments)]
+    /// Trunk block `j` of iteration `it`: five launches (qkv with LN1 and the cache append,
+    /// attention, proj with the residual, fc1 with LN2 and GELU, fc2 with the residual).
     fn block(
         &self,
         dev: &CudaDevice,
-        gemm: &mut Gemm,
         it: usize,
         j: usize,
         frames: usize,
@@ -691,83 +892,67 @@ impl GpuCameraHead {
         let s = &self.scratch;
         let b = &self.trunk[j];
         let w = self.width;
-        linear_bf16(
-            dev,
-            gemm,
-            &b.qkv,
-            DevPtr::of(&s.normed),
-            DevPtr::of(&s.qkv),
-            frames,
-        )?;
 
         // This (iteration, layer)'s cache plane.
         let plane_len = self.capacity * w;
         let plane = (it * self.trunk.len() + j) * plane_len;
-        let cache_k = DevPtr::of(&self.cache_k).slice(plane, plane_len)?.addr();
-        let cache_v = DevPtr::of(&self.cache_v).slice(plane, plane_len)?.addr();
-        let capacity = self.capacity as u32;
-        if append {
-            // SAFETY: matches cam_cache_append; the kernel drops slots at or past the capacity.
-            unsafe {
-                launch(
-                    dev,
-                    "cam_cache_append",
-                    elementwise_cfg(frames * w),
-                    &[
-                        Arg::U64(ptr(&s.qkv)),
-                        Arg::U64(cache_k),
-                        Arg::U64(cache_v),
-                        Arg::U64(cache_len.addr()),
-                        Arg::U32(capacity),
-                        Arg::U32(w as u32),
-                        Arg::U32(frames as u32),
-                    ],
-                )?;
-            }
-        }
+        let (cache_k, cache_v) = if plane_len == 0 {
+            (0, 0)
+        } else {
+            (
+                DevPtr::of(&self.cache_k).slice(plane, plane_len)?.addr(),
+                DevPtr::of(&self.cache_v).slice(plane, plane_len)?.addr(),
+            )
+        };
+
+        let a = LinArgs {
+            epilogue: EPI_BF16,
+            out_bf16: ptr(&s.qkv),
+            append: u32::from(append && plane_len > 0),
+            cache_k,
+            cache_v,
+            cache_len: cache_len.addr(),
+            capacity: self.capacity as u32,
+            width: w as u32,
+            ..self.with_ln(Self::lin_args(&b.qkv, frames), &b.norm1)
+        };
+        // SAFETY: qkv is 3W x W; h holds max_frames rows of W, qkv 3W; the cache planes hold
+        // capacity x W (the kernel drops slots at or past the capacity).
+        unsafe { self.linear(dev, a, false)? };
+
         self.attention(dev, cache_k, cache_v, cache_len, frames)?;
 
-        linear_f32(
-            dev,
-            gemm,
-            &b.proj,
-            DevPtr::of(&s.attn),
-            DevPtr::of(&s.tmp),
-            frames,
-        )?;
-        self.residual_ln(dev, Some(&s.tmp), Some(&b.ls1), &b.norm2, frames)?;
-        linear_bf16(
-            dev,
-            gemm,
-            &b.fc1,
-            DevPtr::of(&s.normed),
-            DevPtr::of(&s.hidden),
-            frames,
-        )?;
-        let n_hidden = frames * self.mlp_hidden;
-        // SAFETY: matches cam_gelu_bf16; hidden holds max_frames x mlp_hidden values.
-        unsafe {
-            launch(
-                dev,
-                "cam_gelu_bf16",
-                elementwise_cfg(n_hidden),
-                &[Arg::U64(ptr(&s.hidden)), Arg::U64(n_hidden as u64)],
-            )?;
-        }
-        linear_f32(
-            dev,
-            gemm,
-            &b.fc2,
-            DevPtr::of(&s.hidden),
-            DevPtr::of(&s.tmp),
-            frames,
-        )?;
-        let next_norm = self.trunk.get(j + 1).map_or(&self.trunk_norm, |n| &n.norm1);
-        self.residual_ln(dev, Some(&s.tmp), Some(&b.ls2), next_norm, frames)
+        let a = LinArgs {
+            x: ptr(&s.attn),
+            epilogue: EPI_RESID,
+            h: ptr(&s.h),
+            gamma: ptr(&b.ls1),
+            ..Self::lin_args(&b.proj, frames)
+        };
+        // SAFETY: proj is W x W; attn and h hold max_frames rows of W; ls1 W values.
+        unsafe { self.linear(dev, a, false)? };
+
+        let a = LinArgs {
+            epilogue: EPI_BF16_GELU,
+            out_bf16: ptr(&s.hidden),
+            ..self.with_ln(Self::lin_args(&b.fc1, frames), &b.norm2)
+        };
+        // SAFETY: fc1 is mlp x W; h holds max_frames rows of W, hidden of mlp_hidden.
+        unsafe { self.linear(dev, a, false)? };
+
+        let a = LinArgs {
+            x: ptr(&s.hidden),
+            epilogue: EPI_RESID,
+            h: ptr(&s.h),
+            gamma: ptr(&b.ls2),
+            ..Self::lin_args(&b.fc2, frames)
+        };
+        // SAFETY: fc2 is W x mlp; hidden holds max_frames rows of mlp_hidden, h of W.
+        unsafe { self.linear(dev, a, false) }
     }
 
     /// `attn = softmax(q kᵀ / sqrt(d)) v` over cache[0 .. *cache_len) ∪ the current frames,
-    /// split over `splits` CTAs per (query, head), merged by log-sum-exp.
+    /// split over `splits` CTAs per (query, head), merged by log-sum-exp in the same launch.
     fn attention(
         &self,
         dev: &CudaDevice,
@@ -787,7 +972,8 @@ impl GpuCameraHead {
         };
         // SAFETY: matches cam_attention_partial; qkv holds frames x 3 x width, the cache planes
         // capacity x width (the kernel clamps cache_len to the capacity), part_o/part_lse
-        // max_frames x heads x MAX_SPLITS (x head_dim).
+        // max_frames x heads x MAX_SPLITS (x head_dim), the counters max_frames x heads, attn
+        // max_frames x width.
         unsafe {
             launch(
                 dev,
@@ -806,117 +992,38 @@ impl GpuCameraHead {
                     Arg::F32(scale_log2),
                     Arg::U64(ptr(&s.part_o)),
                     Arg::U64(ptr(&s.part_lse)),
-                ],
-            )?;
-        }
-        let cfg = LaunchConfig {
-            grid_dim: (heads, frames as u32, 1),
-            block_dim: (hd, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: matches cam_attention_combine; attn holds max_frames x width.
-        unsafe {
-            launch(
-                dev,
-                "cam_attention_combine",
-                cfg,
-                &[
-                    Arg::U64(ptr(&s.part_o)),
-                    Arg::U64(ptr(&s.part_lse)),
+                    Arg::U64(ptr(&s.att_counters)),
                     Arg::U64(ptr(&s.attn)),
-                    Arg::U32(self.width as u32),
-                    Arg::U32(hd),
-                    Arg::U32(splits),
                 ],
             )
         }
     }
 
-    /// `delta = fc2(GELU(fc1(normed)))` (normed = trunk_norm(h)); raw = delta or raw + delta;
-    /// `pose_enc_out` = raw with ReLU on the field of view.
+    /// `delta = fc2(GELU(fc1(trunk_norm(h))))`; raw = delta or raw + delta; `pose_enc_out` = raw
+    /// with ReLU on the field of view: one launch (trunk_norm is fc1's prologue; the 9-wide fc2
+    /// and the accumulation its epilogue, finished by the last CTA).
     fn pose_branch(
         &self,
         dev: &CudaDevice,
-        gemm: &mut Gemm,
         it: usize,
         frames: usize,
         pose_enc_out: DevPtr<f32>,
     ) -> Result<(), CudaError> {
         let s = &self.scratch;
-        linear_bf16(
-            dev,
-            gemm,
-            &self.branch_fc1,
-            DevPtr::of(&s.normed),
-            DevPtr::of(&s.hidden),
-            frames,
-        )?;
-        // SAFETY: matches cam_pose_branch_out (9 warps, one per output); hidden holds frames x
-        // branch_hidden, the fc2 weight 9 x branch_hidden, raw and pose_enc_out frames x 9.
-        unsafe {
-            launch(
-                dev,
-                "cam_pose_branch_out",
-                rows_cfg(frames, 32 * POSE_ENC_LEN as u32),
-                &[
-                    Arg::U64(ptr(&s.hidden)),
-                    Arg::U64(ptr(&self.branch_fc2_weight)),
-                    Arg::U64(opt_ptr(&self.branch_fc2_bias)),
-                    Arg::U64(ptr(&s.raw)),
-                    Arg::U64(pose_enc_out.addr()),
-                    Arg::U32(self.branch_hidden as u32),
-                    Arg::U32(u32::from(it == 0)),
-                ],
-            )
-        }
+        let a = LinArgs {
+            epilogue: EPI_BRANCH,
+            bw: ptr(&self.branch_fc2_weight),
+            bb: opt_ptr(&self.branch_fc2_bias),
+            part: ptr(&s.branch_part),
+            counter: ptr(&s.branch_counters),
+            raw: ptr(&s.raw),
+            pose_out: pose_enc_out.addr(),
+            first: u32::from(it == 0),
+            ..self.with_ln(Self::lin_args(&self.branch_fc1, frames), &self.trunk_norm)
+        };
+        // SAFETY: fc1 is branch_hidden x W, fc2 9 x branch_hidden (checked at upload); h holds
+        // max_frames rows; raw and pose_enc_out frames x 9; branch_part holds the row tiles x
+        // branch_hidden / 8 CTAs (the most the grid has) x 72, the counters one per row tile.
+        unsafe { self.linear(dev, a, false) }
     }
-}
-
-/// `y = x · wᵀ (+ b)` into bf16.
-fn linear_bf16(
-    dev: &CudaDevice,
-    gemm: &mut Gemm,
-    l: &DevLinearBf16,
-    x: DevPtr<bf16>,
-    y: DevPtr<bf16>,
-    rows: usize,
-) -> Result<(), CudaError> {
-    let bias = l.bias.as_ref().map(DevPtr::of);
-    let epilogue = if bias.is_some() {
-        Epilogue::Bias
-    } else {
-        Epilogue::None
-    };
-    gemm.linear(
-        dev,
-        x,
-        DevPtr::of(&l.weight),
-        bias,
-        y,
-        rows,
-        l.out_features,
-        l.in_features,
-        epilogue,
-    )
-}
-
-/// `y = x · wᵀ (+ b)` into f32.
-fn linear_f32(
-    dev: &CudaDevice,
-    gemm: &mut Gemm,
-    l: &DevLinearF32,
-    x: DevPtr<bf16>,
-    y: DevPtr<f32>,
-    rows: usize,
-) -> Result<(), CudaError> {
-    gemm.linear_f32out(
-        dev,
-        x,
-        DevPtr::of(&l.weight),
-        l.bias.as_ref().map(DevPtr::of),
-        y,
-        rows,
-        l.out_features,
-        l.in_features,
-    )
 }
