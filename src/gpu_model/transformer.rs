@@ -268,10 +268,8 @@ pub fn block_forward(
             rope,
             dense,
         } => {
-            let k = s.kv.slice(0, n * c)?;
-            let v = s.kv.slice(n * c, n * c)?;
-            ops::qkv_split_norm_rope(dev, s.qkv, s.q, k, v, n, heads, norm, rope)?;
-            cache.write_layer_raw(dev, layer, k, v, n)?;
+            let dest = cache.page_writer(layer, n)?;
+            ops::qkv_split_norm_rope_to_pages(dev, s.qkv, s.q, dest, n, heads, norm, rope)?;
             let kv = match dense {
                 Some(d) => cache.gather_dense_raw(dev, layer, d.kv, d.capacity, d.table)?,
                 None => cache.raw_keys(layer)?,

@@ -15,6 +15,7 @@ use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::arena::DevPtr;
+use super::ops::PagedKvDest;
 use super::{CudaDevice, CudaError};
 use crate::kvcache::{PageTable, StepPlan};
 
@@ -358,6 +359,29 @@ impl DeviceKvCache {
     /// Writes a step's K and V (`[tokens][heads][64]` each, raw addresses) into `layer`'s pages
     /// by the uploaded runs. The grid covers `tokens` and the table's run capacity, and the kernel
     /// reads the run count on the device, so a captured graph fits every step of `tokens` tokens.
+    /// Where layer `layer`'s K/V of this step's `tokens` go, for a kernel that writes them
+    /// straight into the pages (`ops::qkv_split_norm_rope_to_pages`); checks the step's runs
+    /// against `tokens` as [`Self::write_layer_raw`] does.
+    pub fn page_writer(&self, layer: usize, tokens: usize) -> Result<PagedKvDest, CudaError> {
+        let first_run = HEADER + 2 * self.geometry.max_pages + 1;
+        let host_runs = &self.host_table[first_run..first_run + 4 * self.n_runs];
+        if let Some(r) = host_runs
+            .chunks(4)
+            .find(|r| r[0] as usize + r[3] as usize > tokens)
+        {
+            return Err(CudaError::Invalid(format!(
+                "write run {r:?} reads past {tokens} tokens"
+            )));
+        }
+        let table = DevPtr::of(&self.table);
+        Ok(PagedKvDest {
+            pool: DevPtr::of(self.pool(layer)?).addr(),
+            runs: table.slice(first_run, 4 * self.run_capacity)?.addr(),
+            n_runs: table.slice(1, 1)?.addr(),
+            page_size: self.geometry.page_size as u32,
+        })
+    }
+
     pub fn write_layer_raw(
         &self,
         dev: &CudaDevice,

@@ -571,6 +571,81 @@ pub fn qkv_split_norm_rope(
     norm: Option<QkNorm>,
     rope: Rope<'_>,
 ) -> Result<(), CudaError> {
+    let n = product(
+        n_tokens,
+        heads * HEAD_DIM,
+        "qkv_split_norm_rope tokens x heads x 64",
+    )?;
+    k.check_len(n, "qkv_split_norm_rope k")?;
+    v.check_len(n, "qkv_split_norm_rope v")?;
+    require_aligned(&k, 4, "qkv_split_norm_rope k")?;
+    require_aligned(&v, 4, "qkv_split_norm_rope v")?;
+    launch_qkv(
+        dev,
+        qkv,
+        q,
+        KvDest::Rows { k, v },
+        n_tokens,
+        heads,
+        norm,
+        rope,
+    )
+}
+
+/// Where a cache layer's step K/V go when [`qkv_split_norm_rope_to_pages`] writes them
+/// straight into the pages (made by `DeviceKvCache::page_writer`, which checked the runs).
+#[derive(Debug, Clone, Copy)]
+pub struct PagedKvDest {
+    /// The layer's pool `[page][K|V][page_size][heads][64]`.
+    pub pool: u64,
+    /// The step's write runs `[src_token, page, slot, len]` and their count (device memory).
+    pub runs: u64,
+    pub n_runs: u64,
+    pub page_size: u32,
+}
+
+#[derive(Clone, Copy)]
+enum KvDest {
+    Rows { k: DevPtr<bf16>, v: DevPtr<bf16> },
+    Pages(PagedKvDest),
+}
+
+/// As [`qkv_split_norm_rope`], with K and V written into the cache pages named by the step's
+/// write runs instead of into rows (one pass fewer than rows + `kv_write_tokens`).
+#[allow(clippy::too_many_arguments)]
+pub fn qkv_split_norm_rope_to_pages(
+    dev: &CudaDevice,
+    qkv: DevPtr<bf16>,
+    q: DevPtr<bf16>,
+    dest: PagedKvDest,
+    n_tokens: usize,
+    heads: usize,
+    norm: Option<QkNorm>,
+    rope: Rope<'_>,
+) -> Result<(), CudaError> {
+    launch_qkv(
+        dev,
+        qkv,
+        q,
+        KvDest::Pages(dest),
+        n_tokens,
+        heads,
+        norm,
+        rope,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_qkv(
+    dev: &CudaDevice,
+    qkv: DevPtr<bf16>,
+    q: DevPtr<bf16>,
+    kv: KvDest,
+    n_tokens: usize,
+    heads: usize,
+    norm: Option<QkNorm>,
+    rope: Rope<'_>,
+) -> Result<(), CudaError> {
     if heads == 0 {
         return Err(CudaError::Invalid("qkv_split_norm_rope: heads = 0".into()));
     }
@@ -581,10 +656,8 @@ pub fn qkv_split_norm_rope(
         "qkv_split_norm_rope qkv",
     )?;
     q.check_len(n, "qkv_split_norm_rope q")?;
-    k.check_len(n, "qkv_split_norm_rope k")?;
-    v.check_len(n, "qkv_split_norm_rope v")?;
     // Each lane moves two bf16 as one 32-bit word.
-    for (p, what) in [(&qkv, "qkv"), (&q, "q"), (&k, "k"), (&v, "v")] {
+    for (p, what) in [(&qkv, "qkv"), (&q, "q")] {
         require_aligned(p, 4, &format!("qkv_split_norm_rope {what}"))?;
     }
     let (qw, qb, kw, kb, eps) = match &norm {
@@ -617,7 +690,13 @@ pub fn qkv_split_norm_rope(
         block_dim: ((QKV_WARPS * 32) as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    let (qkv_a, q_a, k_a, v_a) = (qkv.addr(), q.addr(), k.addr(), v.addr());
+    let (k_a, v_a, pages) = match kv {
+        KvDest::Rows { k, v } => (k.addr(), v.addr(), None),
+        KvDest::Pages(d) => (0, 0, Some(d)),
+    };
+    let (pool, runs, n_runs, page_size) =
+        pages.map_or((0, 0, 0, 0), |d| (d.pool, d.runs, d.n_runs, d.page_size));
+    let (qkv_a, q_a) = (qkv.addr(), q.addr());
     let n_u32 = to_u32(n_tokens, "qkv_split_norm_rope n_tokens")?;
     let heads_u32 = to_u32(heads, "qkv_split_norm_rope heads")?;
     let f = dev.kernels.get("qkv_split_norm_rope")?;
@@ -641,7 +720,11 @@ pub fn qkv_split_norm_rope(
         .arg(&r.rows)
         .arg(&r.cols)
         .arg(&r.frame_base)
-        .arg(&r.max_frame);
+        .arg(&r.max_frame)
+        .arg(&pool)
+        .arg(&runs)
+        .arg(&n_runs)
+        .arg(&page_size);
     // SAFETY: arguments match qkv_split_norm_rope; buffers checked for length and alignment,
     // the grid checked against the tables (positions stay inside them; frame indices past the
     // temporal table are not read, the kernel writes NaN instead).
