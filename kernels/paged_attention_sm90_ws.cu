@@ -46,7 +46,15 @@
 // the same 64 rows and take the key tiles round-robin over the whole key range (consumer c: tiles
 // t = c mod 3, written as split c; the combine's log-sum-exp merge does not need contiguous
 // splits). Every working CTA then costs the same: 1005 x 16 heads = 16 x (5 x 3 + 1) = 256 CTAs,
-// two waves on 132 SMs, against 384 in three with 4 splits. Not yet timed.
+// two waves on 132 SMs, against 384 in three with 4 splits. First version (H200, 1005 x 16 heads,
+// 72,360 keys): 1.055 ms against ws_n192's 0.689: the 16 tail CTAs took ~2.6x a normal CTA, on
+// the critical path. Their ring ran one tile at a time: with the copy lag of 2, the `full` of a
+// tail consumer's tile waited for the release by the previous turn's section (a full ring: 3
+// stages held for the pending P V, 3 awaited). Now, in tail mode only: the producer's copies
+// arrive on `full` by themselves (as WS_NOINC), each section issues P(j-1) V(j-1) before S(j)
+// and releases tile j-1 as soon as that product completed, so a tile's `full` depends only on
+// its own consumer's release two tiles earlier (read ws_consumer), and the tail CTAs are
+// dispatched first (the first gridDim.z linear block indices; read ws_body).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -420,18 +428,27 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     const u32 other_turn = 1 + (c + 1) % NC;
     // Tail mode: a ring entry i is consumed by consumer i % 3 alone (the `empty` barriers count
     // one warpgroup), and consumer c waits on `full` slot i % STAGES with parity (i / STAGES) & 1
-    // for its entries i = 3 j + c only, skipping the others' phases. No phase aliasing: the wait
-    // could pass wrongly only while the slot is still in the phase of entry i - STAGES (parity
-    // differs from the awaited one), but the producer completes `full` phases in entry order and
-    // c has already consumed entry i - 3 (or i < 3 <= STAGES: the slot's first phase), so entry
-    // i - STAGES (STAGES = 6 > 3) was filled before; entry i + STAGES cannot be filled before c
-    // releases entry i. STAGES = 6 is also a multiple of 3, so each slot serves one consumer.
-    // Deadlock-free: `full` of entry i needs the producer at entry i + LAG, i.e. the release of
-    // entry i + LAG - STAGES = i - 4: a tile of the consumer whose turn came just before c's,
-    // released by that turn's section (after its arrive on c's turn), never a consumer's last
-    // tile (i - 4 + 3 < kv_tiles), which is never released. The catch: in tail mode the ring
-    // (6 stages = 3 held for a pending P V + 3 awaited) is 2 entries short of the copy lag, so
-    // a section's tile is announced only once the previous turn's products completed.
+    // for its entries i = 3 j + c only, skipping the others' phases. STAGES = 6 is a multiple of
+    // 3, so each slot serves one consumer (c uses slots c and c + 3 alternately). No phase
+    // aliasing: c itself consumed entry i - STAGES (its tile j - 2; for j < 2 the slot is in its
+    // first phase), so the slot's phases up to that entry's have completed, and entry i + STAGES
+    // cannot be copied before c releases entry i: the wait sees exactly entry i's phase.
+    // The producer's copies arrive on `full` by themselves in tail mode (ws_body), so `full` of
+    // entry i needs only its copies issued, i.e. the releases of entries <= i - STAGES (the
+    // producer takes the stages in order), and the copies landed; nothing later.
+    // Each section j issues P(j-1) V(j-1) before S(j) and releases entry i - 3 (its tile j - 1)
+    // as soon as that product completed: c holds at most two slots (i - 3 while its product runs,
+    // and i), and the copy of i + 3 (into i - 3's slot) starts one whole section before c needs it.
+    // Deadlock-free (by induction over the turns; c's section j is turn 3 j + c, i.e. the turn of
+    // its entry i, the padding turns come after every section): the turn of entry i waits for
+    // (1) the arrive of turn i - 1, made right after that turn's products were issued, and
+    // (2) `full` of entry i, i.e. the releases of entries e <= i - 6, each made by its owner's
+    // section of entry e + 3 <= i - 3 (an earlier turn) once that section's own P V completed,
+    // which waits on nothing else; such an e is never its owner's last tile (the only tiles never
+    // released), because a consumer's last tile is one of the last 3 entries, kv_tiles - 3 or
+    // later, and e + 6 <= i < kv_tiles. The named barriers count exactly as before (each turn
+    // is one sync of its owner and one arrive of the previous owner; every consumer takes
+    // `turns` turns; the last turn overall arrives nowhere).
     if (tail && PINGPONG && c == NC - 1 && turns > 0) named_arrive(other_turn, 256);
 
     // (Never in tail mode: every consumer has the tile's rows.)
@@ -452,7 +469,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
         // Section 0: S(0) only (entry e_add < STAGES: the slot's first phase).
         const u32 first = e_add % Ws<BN>::STAGES;
         mbar_wait(bar_full + first * 8, 0);
-        if (FLAGS & WS_NOINC) fence_proxy_async();
+        if ((FLAGS & WS_NOINC) || ((FLAGS & WS_TAIL) && tail)) fence_proxy_async();
         if (PINGPONG) named_sync(my_turn, 256);
         wgmma_fence();
 #pragma unroll
@@ -476,8 +493,38 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             const u32 sk = skv0 + stage * Ws<BN>::STAGE_BYTES;
             const u32 sv_prev = skv0 + prev * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
             mbar_wait(bar_full + stage * 8, (e / Ws<BN>::STAGES) & 1);
-            if (FLAGS & WS_NOINC) fence_proxy_async();
+            if ((FLAGS & WS_NOINC) || ((FLAGS & WS_TAIL) && tail)) fence_proxy_async();
             if (PINGPONG) named_sync(my_turn, 256);
+            if constexpr ((FLAGS & WS_TAIL) != 0) {
+                if (tail) {
+                    fence_regs<BN / 2>(s);
+                    fence_regs<32>(o_acc);
+                    fence_frag<BN / 16>(p);
+                    wgmma_fence();
+                    // Tail mode: P(j-1) V(j-1) first, then S(j); the previous tile is released as
+                    // soon as its product completed (groups complete in order), before S(j) and
+                    // the softmax, so that the producer refills its stage one whole step before
+                    // this consumer needs it (read the ring note above).
+#pragma unroll
+                    for (int kc = 0; kc < BN / 16; ++kc)
+                        wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
+                    wgmma_commit();
+#pragma unroll
+                    for (int kc = 0; kc < 4; ++kc)
+                        wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
+                    wgmma_commit();
+                    if (PINGPONG) named_arrive(other_turn, 256);
+                    wgmma_wait<1>();
+                    fence_regs<32>(o_acc);
+                    fence_frag<BN / 16>(p);
+                    mbar_arrive(bar_empty + prev * 8);
+                    wgmma_wait<0>();
+                    fence_regs<BN / 2>(s);
+                    ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, kv_begin + e * BN, kv_end, scale_log2);
+                    ws_rescale_pack<BN>(s, o_acc, p, corr);
+                    continue;
+                }
+            }
             fence_regs<BN / 2>(s);
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
@@ -491,9 +538,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             wgmma_commit();
             if (PINGPONG) named_arrive(other_turn, 256);
             const u32 t0 = kv_begin + e * BN;
-            // Tail mode releases the stage before its softmax (as the serial variant): the next
-            // consumer's tile waits for this release (read the deadlock note above).
-            if (OVERLAP && !tail) {
+            if (OVERLAP) {
                 wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
                 fence_regs<BN / 2>(s);
                 ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
@@ -588,9 +633,34 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 lane = tid & 31;
     const u32 warp = tid >> 5;
     const u32 role = warp >> 2;  // 0 producer, 1 .. NC consumers
-    const u32 q0 = blockIdx.x * (NC * WS_WG_ROWS);
-    const u32 split = blockIdx.y;
-    const u32 h = blockIdx.z;
+    u32 q_tile = blockIdx.x;
+    u32 split = blockIdx.y;
+    u32 h = blockIdx.z;
+    if constexpr ((FLAGS & WS_TAIL) != 0) {
+        // Dispatch order (CTAs start in the order of their linear index, x fastest): with a tail,
+        // the first gridDim.z CTAs are the tail tile's working CTAs (split 0 of every head), so
+        // the slowest CTAs start in the first wave and the others pack around them; then the full
+        // tiles in the usual order (query tile, split, head); the tail's idle splits last (they
+        // return at once). Without a tail the last query tile comes first (x = 0), harmless.
+        const u32 last = gridDim.x - 1;
+        if (lq - last * (NC * WS_WG_ROWS) <= WS_WG_ROWS) {
+            const u32 lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+            if (lin < gridDim.z) {
+                q_tile = last;
+                split = 0;
+                h = lin;
+            } else {
+                const u32 r = lin - gridDim.z;
+                if (r >= last * gridDim.y * gridDim.z) return;  // the tail's idle splits
+                q_tile = r % last;
+                split = (r / last) % gridDim.y;
+                h = r / (last * gridDim.y);
+            }
+        } else {
+            q_tile = blockIdx.x == 0 ? last : blockIdx.x - 1;
+        }
+    }
+    const u32 q0 = q_tile * (NC * WS_WG_ROWS);
     // Tail-split (WS_TAIL, launched with 3 splits): the last query tile with 1..64 valid rows is
     // split 0's alone (splits 1 and 2 leave here, before any barrier is initialised or waited
     // on: nothing in their CTA runs). Its producer streams every key tile; consumer c takes the
@@ -632,7 +702,18 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         // 3 consumers: 32 + 3 x 160 (FlashAttention-3's split for four warpgroups).
         if constexpr ((FLAGS & WS_REGS) && NC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if constexpr ((FLAGS & WS_REGS) && NC == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
-        if (n_tiles > 0)
+        if constexpr ((FLAGS & WS_TAIL) != 0) {
+            // Tail mode: copies that arrive on `full` by themselves (WS_NOINC; the consumers
+            // fence to the async proxy after the wait), so that a tile is announced as soon as it
+            // landed, never held back behind the producer's wait for a later stage (read
+            // ws_consumer's ring note).
+            if (n_tiles > 0 && tail)
+                ws_producer<BN, FLAGS | WS_NOINC, LAG>(tid, skv, bar_full, bar_empty, pool, page_size,
+                    indices, cum, n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
+            else if (n_tiles > 0)
+                ws_producer<BN, FLAGS, LAG>(tid, skv, bar_full, bar_empty, pool, page_size, indices,
+                    cum, n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
+        } else if (n_tiles > 0)
             ws_producer<BN, FLAGS, LAG>(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum,
                                     n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
     } else {

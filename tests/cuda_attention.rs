@@ -381,8 +381,12 @@ fn m192_tail_split_matches_reference() {
     let mut cases = Vec::new();
     for (i, pages) in keys.iter().enumerate() {
         // 1005 (tail of 45), 256 (tail of 64), 257 (last tile of 65: normal mode), 40 and 1
-        // (one tail tile), 384 (whole tiles only).
-        for (j, lq) in [1005usize, 256, 257, 40, 1, 384].into_iter().enumerate() {
+        // (one tail tile), 384 (whole tiles only), 193 (one full tile and a tail of 1 row; the
+        // block index remap puts the tail CTAs first).
+        for (j, lq) in [1005usize, 256, 257, 40, 1, 384, 193]
+            .into_iter()
+            .enumerate()
+        {
             cases.push(Case {
                 heads: 2,
                 lq,
