@@ -7,7 +7,7 @@ use half::bf16;
 
 use crate::backend::cuda::arena::{ArenaPlan, DevPtr};
 use crate::backend::cuda::attention::{
-    AttentionKernel, RawPagedKv, RawWorkspace, paged_attention_raw,
+    AttentionKernel, RawPagedKv, RawWorkspace, choose_splits, paged_attention_raw,
 };
 use crate::backend::cuda::gemm::{Epilogue, Gemm};
 use crate::backend::cuda::ops::{self, LnOut, QkNorm, Rope};
@@ -118,16 +118,24 @@ pub struct AttentionSetup {
 }
 
 impl AttentionSetup {
-    /// Key splits for `lq` queries: fill one wave of CTAs (see `choose_splits`).
+    /// Key splits for `lq` queries, as the bench chooses them (`choose_splits`): one for the
+    /// warp-specialised kernels at 1005 queries x 16 heads (128 CTAs already fill 132 SMs),
+    /// four for the 192-row kernel (96 CTAs: three waves of a quarter of the keys beat one
+    /// partial wave). The key count is not known when a graph is captured (it lives on the
+    /// device), so it does not bound the choice; `MAX_SPLITS` does (the workspace's size).
     fn splits(&self, lq: usize, heads: usize) -> usize {
         if let Some(forced) = self.kernel.forced_splits() {
             return forced;
         }
         let q_tiles = lq.div_ceil(self.kernel.block_m());
-        // As many splits as still fit one wave: one for the warp-specialised kernels (one CTA
-        // per SM) at 1005 queries x 16 heads, where a second wave would cost more than it gains.
-        let slots = self.sm_count * self.kernel.ctas_per_sm();
-        (slots / (q_tiles * heads).max(1)).clamp(1, MAX_SPLITS)
+        choose_splits(
+            q_tiles,
+            heads,
+            usize::MAX,
+            self.sm_count,
+            self.kernel.ctas_per_sm(),
+        )
+        .clamp(1, MAX_SPLITS)
     }
 }
 
@@ -346,4 +354,32 @@ pub fn block_forward(
         None => ops::residual_add_scaled(dev, x, s.out, DevPtr::of(&w.ls2), n, c)?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn splits(kernel: AttentionKernel, lq: usize, heads: usize) -> usize {
+        AttentionSetup {
+            kernel,
+            sm_count: 132,
+        }
+        .splits(lq, heads)
+    }
+
+    #[test]
+    fn splits_fill_the_h200_as_the_bench_measured_best() {
+        // One steady-state frame: 1005 queries x 16 heads on 132 SMs.
+        assert_eq!(splits(AttentionKernel::WgmmaWsN192, 1005, 16), 1);
+        assert_eq!(splits(AttentionKernel::WgmmaWs, 1005, 16), 1);
+        assert_eq!(splits(AttentionKernel::WgmmaWsM192, 1005, 16), 4);
+        assert_eq!(splits(AttentionKernel::WgmmaWsM192Tail, 1005, 16), 3);
+        // Two CTAs per SM: 128 CTAs fill 264 slots twice with 2 splits.
+        assert_eq!(splits(AttentionKernel::WgmmaWide, 1005, 16), 2);
+        // Phase 1 (8 frames of 1005 tokens): many waves already, no split.
+        assert_eq!(splits(AttentionKernel::WgmmaWsN192, 8040, 16), 1);
+        // The tiny fixtures (2 heads, a few hundred queries): capped by the workspace.
+        assert_eq!(splits(AttentionKernel::WgmmaWsN192, 300, 2), MAX_SPLITS);
+    }
 }
