@@ -55,6 +55,14 @@ struct Window {
     mean_gpu_ms: f64,
 }
 
+/// Mean time over the 100 frames around one streaming frame of a long run.
+#[derive(Debug, Serialize)]
+struct Growth {
+    streaming_frame: usize,
+    mean_wall_ms: f64,
+    mean_gpu_ms: f64,
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
     device: String,
@@ -78,6 +86,7 @@ struct Report {
     median_image_upload_ms: f64,
     fps_steady: f64,
     windows: Vec<Window>,
+    growth: Vec<Growth>,
     stages_ms: Vec<(String, f64)>,
     device_memory: DeviceMemory,
     device_memory_used_bytes: Option<usize>,
@@ -120,6 +129,30 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let i = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// Streaming frames at which a long run reports its per-frame time (how it grows).
+const GROWTH_MARKS: [usize; 8] = [100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000];
+/// Frames averaged on each side of a mark.
+const GROWTH_HALF_SPAN: usize = 50;
+
+/// Mean wall and GPU time around each mark a run of `frames` reaches (streaming frame `k` is
+/// `frames[k]`); the last mark is clamped to the run's end so a 10,000-frame run reports it.
+fn growth(frames: &[FrameTime]) -> Vec<Growth> {
+    GROWTH_MARKS
+        .iter()
+        .filter(|&&mark| mark <= frames.len() && frames.len() >= 2 * GROWTH_HALF_SPAN)
+        .map(|&mark| {
+            let hi = (mark + GROWTH_HALF_SPAN).min(frames.len());
+            let span = &frames[hi - 2 * GROWTH_HALF_SPAN..hi];
+            let n = span.len() as f64;
+            Growth {
+                streaming_frame: mark,
+                mean_wall_ms: span.iter().map(|f| f.wall_ms).sum::<f64>() / n,
+                mean_gpu_ms: span.iter().map(|f| f.gpu_ms).sum::<f64>() / n,
+            }
+        })
+        .collect()
 }
 
 fn sorted(v: impl Iterator<Item = f64>) -> Vec<f64> {
@@ -300,6 +333,7 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
         median_image_upload_ms: percentile(&image_upload, 0.5),
         fps_steady: 1e3 / median_wall,
         windows,
+        growth: growth(&frames),
         stages_ms,
         device_memory: session.device_memory(),
         device_memory_used_bytes: model.device_memory_used(),
@@ -365,6 +399,15 @@ fn print_table(r: &Report) {
             w.at_percent, w.first_frame, w.last_frame, w.mean_wall_ms, w.mean_gpu_ms
         );
     }
+    // Only long runs: the 10/50/90 % rows already describe a few hundred frames.
+    if r.streaming_frames >= 1_000 {
+        for g in &r.growth {
+            println!(
+                "| mean around streaming frame {} (±{}) wall / GPU | {:.2} / {:.2} ms |",
+                g.streaming_frame, GROWTH_HALF_SPAN, g.mean_wall_ms, g.mean_gpu_ms
+            );
+        }
+    }
     for (name, ms) in &r.stages_ms {
         println!("| stage {name} (eager, events) | {ms:.2} ms |");
     }
@@ -411,6 +454,34 @@ mod tests {
             let e = parse_resolution(bad).unwrap_err().to_string();
             assert!(e.contains(bad), "{bad}: {e}");
         }
+    }
+
+    fn run_of(n: usize) -> Vec<FrameTime> {
+        (0..n)
+            .map(|k| FrameTime {
+                frame: k + 8,
+                keyframe: true,
+                wall_ms: k as f64,
+                gpu_ms: k as f64 / 2.0,
+                host_ms: 0.0,
+                image_upload_ms: 0.0,
+                graph: true,
+                points: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn growth_averages_around_each_mark_the_run_reaches() {
+        let g = growth(&run_of(1_000));
+        let marks: Vec<usize> = g.iter().map(|g| g.streaming_frame).collect();
+        assert_eq!(marks, [100, 200, 500, 1_000]);
+        // Frames 450..550 average 499.5; the last mark is clamped to the run: 900..1000.
+        assert!((g[2].mean_wall_ms - 499.5).abs() < 1e-9);
+        assert!((g[2].mean_gpu_ms - 249.75).abs() < 1e-9);
+        assert!((g[3].mean_wall_ms - 949.5).abs() < 1e-9);
+        assert!((g[0].mean_wall_ms - 99.5).abs() < 1e-9);
+        assert!(growth(&run_of(99)).is_empty());
     }
 
     #[test]
