@@ -412,20 +412,16 @@ extern "C" __global__ void f32_to_bf16_kernel(const float* __restrict__ src, u16
 // spends most of its time in its two CTA-wide reductions at this width.
 #define LN1K_COLS 1024
 #define LN1K_ROWS_PER_CTA 4
-extern "C" __global__ void __launch_bounds__(32 * LN1K_ROWS_PER_CTA)
-layer_norm_rows_1024(const float* __restrict__ x, u32 rows, const float* __restrict__ weight,
-                     const float* __restrict__ bias, float eps, void* out, u32 out_bf16) {
-    const u32 lane = threadIdx.x & 31;
-    const u64 row = (u64)blockIdx.x * LN1K_ROWS_PER_CTA + (threadIdx.x >> 5);
-    if (row >= rows) return;
-    const float4* xr = (const float4*)(x + row * LN1K_COLS);
-    float4 v[8];
+// One warp's 1024-wide row (lane holds float4 k at column 4 * (lane + 32 k)): the two-pass
+// statistics and the affine normalisation, written as bf16 or f32 to `out_row`. Shared by the
+// plain and the residual-fused kernels so both round exactly alike.
+__device__ __forceinline__ void ln1k_normalize_row(const float4 (&v)[8], u32 lane,
+                                                   const float* __restrict__ weight,
+                                                   const float* __restrict__ bias, float eps,
+                                                   void* out_row, bool out_bf16) {
     float sum = 0.f;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        v[k] = xr[lane + 32 * k];
-        sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
-    }
+    for (int k = 0; k < 8; ++k) sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float mean = sum / (float)LN1K_COLS;
@@ -455,11 +451,26 @@ layer_norm_rows_1024(const float* __restrict__ x, u32 rows, const float* __restr
             uint2 packed;
             packed.x = (u32)f32_to_bf16(y[0]) | ((u32)f32_to_bf16(y[1]) << 16);
             packed.y = (u32)f32_to_bf16(y[2]) | ((u32)f32_to_bf16(y[3]) << 16);
-            *(uint2*)((u16*)out + row * LN1K_COLS + c0) = packed;
+            *(uint2*)((u16*)out_row + c0) = packed;
         } else {
-            *(float4*)((float*)out + row * LN1K_COLS + c0) = make_float4(y[0], y[1], y[2], y[3]);
+            *(float4*)((float*)out_row + c0) = make_float4(y[0], y[1], y[2], y[3]);
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * LN1K_ROWS_PER_CTA)
+layer_norm_rows_1024(const float* __restrict__ x, u32 rows, const float* __restrict__ weight,
+                     const float* __restrict__ bias, float eps, void* out, u32 out_bf16) {
+    const u32 lane = threadIdx.x & 31;
+    const u64 row = (u64)blockIdx.x * LN1K_ROWS_PER_CTA + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const float4* xr = (const float4*)(x + row * LN1K_COLS);
+    float4 v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = xr[lane + 32 * k];
+    void* out_row = out_bf16 ? (void*)((u16*)out + row * LN1K_COLS)
+                             : (void*)((float*)out + row * LN1K_COLS);
+    ln1k_normalize_row(v, lane, weight, bias, eps, out_row, out_bf16 != 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -480,51 +491,16 @@ residual_layer_norm_1024(float* __restrict__ x, const u16* __restrict__ y,
     const uint2* yr = (const uint2*)(y + row * LN1K_COLS);
     const float4* g4 = (const float4*)gamma;
     float4 v[8];
-    uint2 w8[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
         v[k] = xr[lane + 32 * k];
-        w8[k] = yr[lane + 32 * k];
-    }
-    float sum = 0.f;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
+        const uint2 w = yr[lane + 32 * k];
         const float4 g = g4[lane + 32 * k];
-        v[k].x += g.x * lo_f32(w8[k].x);
-        v[k].y += g.y * hi_f32(w8[k].x);
-        v[k].z += g.z * lo_f32(w8[k].y);
-        v[k].w += g.w * hi_f32(w8[k].y);
+        v[k].x += g.x * lo_f32(w.x);
+        v[k].y += g.y * hi_f32(w.x);
+        v[k].z += g.z * lo_f32(w.y);
+        v[k].w += g.w * hi_f32(w.y);
         xr[lane + 32 * k] = v[k];
-        sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float mean = sum / (float)LN1K_COLS;
-    float sq = 0.f;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        const float a = v[k].x - mean, b = v[k].y - mean, c = v[k].z - mean, d = v[k].w - mean;
-        sq += (a * a + b * b) + (c * c + d * d);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-    const float inv = 1.f / sqrtf(sq / (float)LN1K_COLS + eps);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        const u32 c0 = 4 * (lane + 32 * k);
-        float o[4] = {(v[k].x - mean) * inv, (v[k].y - mean) * inv, (v[k].z - mean) * inv,
-                      (v[k].w - mean) * inv};
-        if (weight) {
-            const float4 w = *(const float4*)(weight + c0);
-            o[0] *= w.x; o[1] *= w.y; o[2] *= w.z; o[3] *= w.w;
-        }
-        if (bias) {
-            const float4 bb = *(const float4*)(bias + c0);
-            o[0] += bb.x; o[1] += bb.y; o[2] += bb.z; o[3] += bb.w;
-        }
-        uint2 packed;
-        packed.x = (u32)f32_to_bf16(o[0]) | ((u32)f32_to_bf16(o[1]) << 16);
-        packed.y = (u32)f32_to_bf16(o[2]) | ((u32)f32_to_bf16(o[3]) << 16);
-        *(uint2*)(out + row * LN1K_COLS + c0) = packed;
-    }
+    ln1k_normalize_row(v, lane, weight, bias, eps, out + row * LN1K_COLS, true);
 }

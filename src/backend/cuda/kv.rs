@@ -359,9 +359,9 @@ impl DeviceKvCache {
     /// Writes a step's K and V (`[tokens][heads][64]` each, raw addresses) into `layer`'s pages
     /// by the uploaded runs. The grid covers `tokens` and the table's run capacity, and the kernel
     /// reads the run count on the device, so a captured graph fits every step of `tokens` tokens.
-    /// Where layer `layer`'s K/V of this step's `tokens` go, for a kernel that writes them
-    /// straight into the pages (`ops::qkv_split_norm_rope_to_pages`); checks the step's runs
-    /// against `tokens` as [`Self::write_layer_raw`] does.
+    /// Where layer `layer`'s K/V of this step's `tokens` go (the pool and the step's write runs,
+    /// as device addresses), for `kv_write_tokens` and `ops::qkv_split_norm_rope_to_pages`; errors
+    /// when a run reads past `tokens`.
     pub fn page_writer(&self, layer: usize, tokens: usize) -> Result<PagedKvDest, CudaError> {
         let first_run = HEADER + 2 * self.geometry.max_pages + 1;
         let host_runs = &self.host_table[first_run..first_run + 4 * self.n_runs];
@@ -394,26 +394,14 @@ impl DeviceKvCache {
         let row = g.heads * g.head_dim;
         k.check_len(tokens * row, "K to write")?;
         v.check_len(tokens * row, "V to write")?;
-        let first_run = HEADER + 2 * g.max_pages + 1;
-        let host_runs = &self.host_table[first_run..first_run + 4 * self.n_runs];
-        if let Some(r) = host_runs
-            .chunks(4)
-            .find(|r| r[0] as usize + r[3] as usize > tokens)
-        {
-            return Err(CudaError::Invalid(format!(
-                "write run {r:?} reads past {tokens} tokens"
-            )));
-        }
+        let dest = self.page_writer(layer, tokens)?;
         let chunks = (tokens * row / 8).max(1);
         let threads = 256u32;
         let blocks = chunks.div_ceil(threads as usize).clamp(1, 8192) as u32;
         let (page_size, heads) = (g.page_size as u32, g.heads as u32);
         let tokens_u32 = tokens as u32;
         let f = dev.kernels.get("kv_write_tokens")?;
-        let table = DevPtr::of(&self.table);
-        let runs = table.slice(first_run, 4 * self.run_capacity)?.addr();
-        let n_runs = table.slice(1, 1)?.addr();
-        let pool = DevPtr::of(self.pool(layer)?).addr();
+        let (pool, runs, n_runs) = (dest.pool, dest.runs, dest.n_runs);
         let (ka, va) = (k.addr(), v.addr());
         let cfg = LaunchConfig {
             grid_dim: (blocks, 1, 1),

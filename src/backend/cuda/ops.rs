@@ -75,6 +75,15 @@ fn require_aligned<T>(p: &DevPtr<T>, bytes: u64, what: &str) -> Result<(), CudaE
 // ---------------------------------------------------------------------------------------------
 // LayerNorm
 
+/// The 1024-wide LayerNorm kernels: a warp per row, LN1K_ROWS_PER_CTA = 4 rows per CTA.
+fn warp_per_row_cfg(rows: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (rows.div_ceil(4), 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Where [`layer_norm`] writes its `[rows][cols]` result.
 #[derive(Debug, Clone, Copy)]
 pub enum LnOut {
@@ -133,11 +142,7 @@ pub fn layer_norm(
         .all(|a| a.is_multiple_of(16));
     if cols == 1024 && aligned {
         let rows_u32 = to_u32(rows, "layer_norm rows")?;
-        let cfg = LaunchConfig {
-            grid_dim: (rows_u32.div_ceil(4), 1, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = warp_per_row_cfg(rows_u32);
         let f = dev.kernels.get("layer_norm_rows_1024")?;
         let mut b = dev.stream.launch_builder(f);
         b.arg(&x_addr)
@@ -216,11 +221,7 @@ pub fn residual_layer_norm(
         return layer_norm(dev, resid, rows, cols, weight, bias, eps, LnOut::Bf16(out));
     }
     let rows_u32 = to_u32(rows, "residual_layer_norm rows")?;
-    let cfg = LaunchConfig {
-        grid_dim: (rows_u32.div_ceil(4), 1, 1),
-        block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = warp_per_row_cfg(rows_u32);
     let f = dev.kernels.get("residual_layer_norm_1024")?;
     let mut b = dev.stream.launch_builder(f);
     b.arg(&r)
