@@ -138,7 +138,6 @@ pub const SOURCES: &[KernelSource] = &[
             "paged_attention_fwd_sm90_ws_nocopy",
             "paged_attention_fwd_sm90_ws_m192",
             "paged_attention_fwd_sm90_ws_m192t",
-            "paged_attention_fwd_sm90_ws_m192l",
         ],
         hopper_only: true,
     },
