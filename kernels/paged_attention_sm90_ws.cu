@@ -84,10 +84,6 @@ typedef unsigned long long u64;
 //             of 1..64 valid rows is worked by split 0's CTA alone, its three consumers on the
 //             same 64 rows, each over every third key tile of the whole key range (read ws_body).
 #define WS_TAIL 8
-//   WS_LATE   the last query tile's CTAs (every split of every head) start after all the others,
-//             so the short CTAs of a ragged last tile (1005 = 5 x 192 + 45: one consumer of three
-//             has rows) fill the second wave's idle SMs instead of delaying full CTAs (read ws_body).
-#define WS_LATE 16
 // Bytes of the Q tile of NC consumers (the K/V ring and its barriers follow it).
 #define WS_Q_BYTES(NC) ((NC) * WS_WG_ROWS * HEAD_DIM * 2)
 // Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
@@ -669,24 +665,6 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
             q_tile = blockIdx.x == 0 ? last : blockIdx.x - 1;
         }
     }
-    if constexpr ((FLAGS & WS_LATE) != 0) {
-        // Linear order (CTAs start in the order of their linear index): the full query tiles
-        // first, query tile fastest, then split, then head (a head's CTAs of one split run side
-        // by side and share its keys in L2); the last query tile's CTAs last, split fastest.
-        const u32 full = gridDim.x - 1;
-        const u32 lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-        const u32 n_full = full * gridDim.y * gridDim.z;
-        if (lin < n_full) {
-            q_tile = lin % full;
-            split = (lin / full) % gridDim.y;
-            h = lin / (full * gridDim.y);
-        } else {
-            const u32 r = lin - n_full;
-            q_tile = full;
-            split = r % gridDim.y;
-            h = r / gridDim.y;
-        }
-    }
     const u32 q0 = q_tile * (NC * WS_WG_ROWS);
     // Tail-split (WS_TAIL, launched with 3 splits): the last query tile with 1..64 valid rows is
     // split 0's alone (splits 1 and 2 leave here, before any barrier is initialised or waited
@@ -792,6 +770,3 @@ WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192, 128, true, true, WS_REGS, 2, 3)
 // runs in split 0's CTA alone with the keys dealt round-robin to its three consumers, so every
 // working CTA costs the same (1005 x 16 heads: 16 x (5 x 3 + 1) = 256 CTAs, two waves on 132 SMs).
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t, 128, true, true, WS_REGS | WS_TAIL, 2, 3)
-// ws_m192 with the last query tile's CTAs started last (WS_LATE): with 3 splits, 1005 x 16 heads
-// are 240 full CTAs (two waves, the second 108 of 132 SMs) and 48 short ones that fill the rest.
-WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192l, 128, true, true, WS_REGS | WS_LATE, 2, 3)

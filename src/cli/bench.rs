@@ -660,9 +660,8 @@ fn parse_kernel_name(name: &str) -> anyhow::Result<AttentionKernel> {
         "ws-n192-noinc" => AttentionKernel::WgmmaWsN192Noinc,
         "ws-m192" => AttentionKernel::WgmmaWsM192,
         "ws-m192t" => AttentionKernel::WgmmaWsM192Tail,
-        "ws-m192l" => AttentionKernel::WgmmaWsM192Late,
         other => bail!(
-            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192, ws-m192t, ws-m192l)"
+            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192, ws-m192t)"
         ),
     })
 }

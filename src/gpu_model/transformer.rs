@@ -127,7 +127,15 @@ impl AttentionSetup {
         if let Some(forced) = self.kernel.forced_splits() {
             return forced;
         }
-        choose_splits(self.kernel, lq, heads, usize::MAX, self.sm_count).clamp(1, MAX_SPLITS)
+        let q_tiles = lq.div_ceil(self.kernel.block_m());
+        choose_splits(
+            q_tiles,
+            heads,
+            usize::MAX,
+            self.sm_count,
+            self.kernel.ctas_per_sm(),
+        )
+        .clamp(1, MAX_SPLITS)
     }
 }
 
@@ -367,7 +375,6 @@ mod tests {
         assert_eq!(splits(AttentionKernel::WgmmaWs, 1005, 16), 1);
         assert_eq!(splits(AttentionKernel::WgmmaWsM192, 1005, 16), 4);
         assert_eq!(splits(AttentionKernel::WgmmaWsM192Tail, 1005, 16), 3);
-        assert_eq!(splits(AttentionKernel::WgmmaWsM192Late, 1005, 16), 3);
         // Two CTAs per SM: 128 CTAs fill 264 slots twice with 2 splits.
         assert_eq!(splits(AttentionKernel::WgmmaWide, 1005, 16), 2);
         // Phase 1 (8 frames of 1005 tokens): many waves already, no split.

@@ -59,15 +59,10 @@ pub enum AttentionKernel {
     /// H200: 0.906 ms at 72/72 against WgmmaWsN192's 0.693 (the tail CTAs, reading every tile
     /// once per consumer, take about twice a normal CTA); not a default.
     WgmmaWsM192Tail,
-    /// [`Self::WgmmaWsM192`] with the last query tile's CTAs started after all the others: the
-    /// short CTAs of a ragged last tile (1005 queries: 45 rows, one consumer of three busy) fill
-    /// the idle SMs of the last wave instead of holding up full CTAs. With 3 splits, 1005 x 16
-    /// heads are 240 full CTAs in two waves plus 48 short ones ([`choose_splits`] models it).
-    WgmmaWsM192Late,
 }
 
 impl AttentionKernel {
-    const ALL: [Self; 14] = [
+    const ALL: [Self; 13] = [
         Self::MmaSync,
         Self::WgmmaWide,
         Self::WgmmaWs,
@@ -81,7 +76,6 @@ impl AttentionKernel {
         Self::WgmmaWsNocopy,
         Self::WgmmaWsM192,
         Self::WgmmaWsM192Tail,
-        Self::WgmmaWsM192Late,
     ];
 
     /// False for diagnostic variants that skip work and compute wrong results (timing only).
@@ -108,14 +102,13 @@ impl AttentionKernel {
             Self::WgmmaWsNocopy => "paged_attention_fwd_sm90_ws_nocopy",
             Self::WgmmaWsM192 => "paged_attention_fwd_sm90_ws_m192",
             Self::WgmmaWsM192Tail => "paged_attention_fwd_sm90_ws_m192t",
-            Self::WgmmaWsM192Late => "paged_attention_fwd_sm90_ws_m192l",
         }
     }
 
     /// Query rows per CTA.
     pub fn block_m(self) -> usize {
         match self {
-            Self::WgmmaWsM192 | Self::WgmmaWsM192Tail | Self::WgmmaWsM192Late => 192,
+            Self::WgmmaWsM192 | Self::WgmmaWsM192Tail => 192,
             _ => 128,
         }
     }
@@ -124,7 +117,7 @@ impl AttentionKernel {
         match self {
             Self::MmaSync => 128,
             Self::WgmmaWide => 256,
-            Self::WgmmaWsM192 | Self::WgmmaWsM192Tail | Self::WgmmaWsM192Late => 512,
+            Self::WgmmaWsM192 | Self::WgmmaWsM192Tail => 512,
             _ => 384,
         }
     }
@@ -137,27 +130,6 @@ impl AttentionKernel {
             Self::WgmmaWsM192Tail => Some(3),
             _ => None,
         }
-    }
-
-    /// Whether the last query tile's CTAs start after all the others ([`Self::WgmmaWsM192Late`]).
-    pub fn starts_last_tile_last(self) -> bool {
-        matches!(self, Self::WgmmaWsM192Late)
-    }
-
-    /// Time of a CTA of the last query tile of `lq` rows against a full tile's, for the launch
-    /// model of [`choose_splits`]. A warp-specialised CTA's consumer warpgroups (64 rows each)
-    /// without rows only keep the barrier protocol; a lone busy consumer is assumed to run at
-    /// about twice its share of the SM (it no longer waits for the others' turns on the tensor
-    /// cores and the exponential unit), hence the floor of one half. Other kernels: 1.
-    pub fn last_tile_cost(self, lq: usize) -> f64 {
-        if !self.warp_specialised() || lq == 0 {
-            return 1.0;
-        }
-        let block_m = self.block_m();
-        let rows = lq - (lq.div_ceil(block_m) - 1) * block_m;
-        let consumers = block_m / 64;
-        let busy = rows.div_ceil(64);
-        (busy as f64 / consumers as f64).max(0.5)
     }
 
     /// CTAs resident per SM: the kernels' __launch_bounds__ minimum, which their registers and
@@ -221,106 +193,32 @@ pub struct AttentionOptions {
     pub kernel: Option<AttentionKernel>,
 }
 
-/// How many key splits to use. The launch is modelled as the block scheduler runs it: CTAs start
-/// in the kernel's dispatch order, each on the first free CTA slot, and a CTA's time is its share
-/// of the keys times its query tile's cost ([`AttentionKernel::last_tile_cost`]: a ragged last
-/// tile can be cheaper). The choice is the fewest splits whose modelled time no larger count beats
-/// by more than 5 % (the combine costs a little), up to 16, never more than key tiles. 1005
-/// queries x 16 heads: 128 CTAs of 128 rows fill 132 SMs unsplit; in 192-row tiles 80 full and
-/// 16 one-third-busy CTAs take 4 splits in query-tile order (three waves of a quarter of the
-/// keys) but 3 when the last tile starts last (two waves of a third, the short CTAs filling
-/// the second wave's idle SMs).
+/// How many key splits to use: the largest count that still fits all CTAs in one wave, so a
+/// launch of few query tiles (1005 queries x 16 heads is 128 CTAs) fills the GPU without leaving
+/// a partial second wave; more splits (up to 16) only where a whole number of waves beats that by
+/// more than 5 % (the combine costs a little): 1005 queries in 192-row tiles are 96 CTAs for
+/// 132 SMs, and 4 splits run 384 CTAs in 3 waves of a quarter of the keys each (0.75 of one
+/// unsplit wave). Never more splits than key tiles.
 pub fn choose_splits(
-    kernel: AttentionKernel,
-    lq: usize,
+    q_tiles: usize,
     heads: usize,
     kv_tiles: usize,
     sm_count: usize,
-) -> usize {
-    // Called for every launch: the answer for a shape is remembered.
-    type Key = (AttentionKernel, usize, usize, usize, usize);
-    static CHOSEN: std::sync::Mutex<Vec<(Key, usize)>> = std::sync::Mutex::new(Vec::new());
-    let key = (kernel, lq, heads, kv_tiles, sm_count);
-    let mut chosen = CHOSEN
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(&(_, s)) = chosen.iter().find(|(k, _)| *k == key) {
-        return s;
-    }
-    let s = choose_splits_uncached(kernel, lq, heads, kv_tiles, sm_count);
-    if chosen.len() < 64 {
-        chosen.push((key, s));
-    }
-    s
-}
-
-fn choose_splits_uncached(
-    kernel: AttentionKernel,
-    lq: usize,
-    heads: usize,
-    kv_tiles: usize,
-    sm_count: usize,
+    ctas_per_sm: usize,
 ) -> usize {
     const MAX_WAVE_SPLITS: usize = 16;
-    let q_tiles = lq.div_ceil(kernel.block_m()).max(1);
-    let slots = (sm_count * kernel.ctas_per_sm()).max(1);
-    let one_wave = (slots / (q_tiles * heads).max(1)).max(1);
-    let cost = |s: usize| modelled_launch_time(kernel, lq, heads, s, slots);
+    let base = (q_tiles * heads).max(1);
+    let slots = (sm_count * ctas_per_sm).max(1);
+    let one_wave = (slots / base).max(1);
+    // Time of `s` splits in units of one unsplit CTA: waves x 1/s of the keys each.
+    let cost = |s: usize| (base * s).div_ceil(slots) as f64 / s as f64;
     let mut best = one_wave;
-    let mut best_cost = cost(best);
     for s in one_wave + 1..=MAX_WAVE_SPLITS {
-        let c = cost(s);
-        if c < 0.95 * best_cost {
+        if cost(s) < 0.95 * cost(best) {
             best = s;
-            best_cost = c;
         }
     }
     best.clamp(1, kv_tiles.max(1))
-}
-
-/// Modelled time of a launch with `splits` key splits, in units of one unsplit full CTA: greedy
-/// list scheduling of the CTAs, in the kernel's dispatch order, onto `slots` CTA slots.
-fn modelled_launch_time(
-    kernel: AttentionKernel,
-    lq: usize,
-    heads: usize,
-    splits: usize,
-    slots: usize,
-) -> f64 {
-    // Each CTA's own cost besides its keys (its Q tile, the ring's fill and drain, its partial
-    // written and combined), against an unsplit CTA: fitted to the H200 split sweep of the
-    // 192-row kernel at 72/72 (1, 2, 4, 11 splits: 0.872, 0.892, 0.684, 0.700 ms; the model
-    // gives 1.01, 1.02, 0.78, 0.81 of one unsplit wave).
-    const PER_CTA: f64 = 0.01;
-    let q_tiles = lq.div_ceil(kernel.block_m()).max(1);
-    let full = 1.0 / splits as f64 + PER_CTA;
-    let last = kernel.last_tile_cost(lq) / splits as f64 + PER_CTA;
-    let per_head = q_tiles * splits;
-    let order: Box<dyn Iterator<Item = f64>> = if kernel.starts_last_tile_last() {
-        let n_full = (q_tiles - 1) * splits * heads;
-        Box::new(std::iter::repeat_n(full, n_full).chain(std::iter::repeat_n(last, splits * heads)))
-    } else {
-        // Query tile fastest, then split, then head.
-        Box::new((0..per_head * heads).map(move |i| {
-            if i % q_tiles == q_tiles - 1 {
-                last
-            } else {
-                full
-            }
-        }))
-    };
-    // Slots by the time they come free (non-negative f64s order as their bits do).
-    let mut free_at: std::collections::BinaryHeap<std::cmp::Reverse<u64>> =
-        std::iter::repeat_n(std::cmp::Reverse(0f64.to_bits()), slots).collect();
-    let mut end = 0.0f64;
-    for c in order {
-        if let Some(std::cmp::Reverse(t)) = free_at.pop() {
-            let done = f64::from_bits(t) + c;
-            end = end.max(done);
-            free_at.push(std::cmp::Reverse(done.to_bits()));
-        }
-    }
-    end
 }
 
 /// Scratch for split-KV partial results; grows on demand (size it once up front to keep it fixed).
@@ -401,11 +299,18 @@ pub fn paged_attention(
         dev.stream.memset_zeros(out)?;
         return Ok(0);
     }
+    let q_tiles = lq.div_ceil(kernel.block_m());
     let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
     let n_splits = kernel.forced_splits().unwrap_or_else(|| {
         opts.splits
             .unwrap_or_else(|| {
-                choose_splits(kernel, lq, heads, kv_tiles, dev.info.sm_count as usize)
+                choose_splits(
+                    q_tiles,
+                    heads,
+                    kv_tiles,
+                    dev.info.sm_count as usize,
+                    kernel.ctas_per_sm(),
+                )
             })
             .clamp(1, kv_tiles)
     });
@@ -644,59 +549,4 @@ pub fn paged_attention_raw(
         unsafe { b.launch(cfg) }?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const H200_SMS: usize = 132;
-
-    #[test]
-    fn a_ragged_last_tile_is_cheaper_only_for_warp_specialised_kernels() {
-        // 1005 = 5 x 192 + 45: one of three consumers busy; the floor of one half applies.
-        assert_eq!(AttentionKernel::WgmmaWsM192Late.last_tile_cost(1005), 0.5);
-        // 1005 = 7 x 128 + 109: both consumers busy.
-        assert_eq!(AttentionKernel::WgmmaWsN192.last_tile_cost(1005), 1.0);
-        assert_eq!(AttentionKernel::WgmmaWs.last_tile_cost(1000 + 24), 1.0);
-        assert_eq!(AttentionKernel::WgmmaWs.last_tile_cost(1024 + 10), 0.5);
-        assert_eq!(AttentionKernel::MmaSync.last_tile_cost(1005), 1.0);
-    }
-
-    #[test]
-    fn the_launch_model_counts_waves_and_fills_idle_slots_with_short_ctas() {
-        let model = |k, s| modelled_launch_time(k, 1005, 16, s, H200_SMS);
-        // 128 CTAs of 128 rows: one wave.
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
-        // Each CTA also costs 0.01 of an unsplit one.
-        assert!(close(model(AttentionKernel::WgmmaWsN192, 1), 1.01));
-        // 96 CTAs of 192 rows, 4 splits in query-tile order: three waves of a quarter.
-        assert!(close(model(AttentionKernel::WgmmaWsM192, 4), 3.0 * 0.26));
-        // 3 splits, last tile last: 240 full CTAs in two waves of a third; the 48 half-cost
-        // CTAs run on the 24 slots the second wave leaves idle, two each.
-        let (third, short) = (1.0 / 3.0 + 0.01, 0.5 / 3.0 + 0.01);
-        assert!(close(
-            model(AttentionKernel::WgmmaWsM192Late, 3),
-            third + 2.0 * short
-        ));
-        // The same 3 splits in query-tile order: the short CTAs spread through the waves.
-        assert!(model(AttentionKernel::WgmmaWsM192, 3) > 0.85);
-    }
-
-    #[test]
-    fn splits_follow_the_launch_model() {
-        let choose = |k, lq, heads| choose_splits(k, lq, heads, usize::MAX, H200_SMS);
-        assert_eq!(choose(AttentionKernel::WgmmaWsN192, 1005, 16), 1);
-        assert_eq!(choose(AttentionKernel::WgmmaWsM192, 1005, 16), 4);
-        assert_eq!(choose(AttentionKernel::WgmmaWsM192Late, 1005, 16), 3);
-        // Many waves already (phase 1, 8 frames: 1008 CTAs in 8 waves): no split.
-        assert_eq!(choose(AttentionKernel::WgmmaWsN192, 8040, 16), 1);
-        // Never more splits than key tiles.
-        assert_eq!(
-            choose_splits(AttentionKernel::WgmmaWsM192Late, 1005, 16, 2, H200_SMS),
-            2
-        );
-        // The same shape asked twice gives the same (remembered) answer.
-        assert_eq!(choose(AttentionKernel::WgmmaWsM192Late, 1005, 16), 3);
-    }
 }
