@@ -550,3 +550,23 @@ pub fn paged_attention_raw(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_has_a_registered_entry() {
+        let registered: Vec<&str> = crate::backend::cuda::registry::SOURCES
+            .iter()
+            .flat_map(|s| s.functions.iter().copied())
+            .collect();
+        for kernel in AttentionKernel::ALL {
+            assert!(
+                registered.contains(&kernel.entry()),
+                "{kernel:?}: `{}` is not in the kernel registry",
+                kernel.entry()
+            );
+        }
+    }
+}
