@@ -1,7 +1,8 @@
 //! Copies between the host and the arena's raw addresses, and the small conversion kernel the
 //! step needs: all stream-ordered, none allocating.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, LaunchConfig, PinnedHostSlice, PushKernelArg};
 
 use crate::backend::cuda::arena::DevPtr;
 use crate::backend::cuda::{CudaDevice, CudaError};
@@ -18,6 +19,55 @@ pub(super) fn upload_raw<T: cudarc::driver::DeviceRepr>(
         cudarc::driver::result::memcpy_htod_async(dst.addr(), src, dev.stream.cu_stream())?;
     }
     Ok(())
+}
+
+/// Page-locked staging for the step's images: a pageable upload is copied synchronously by the
+/// driver (0.43 ms for one 518x378 frame on the H200 machine), a page-locked one is a DMA the
+/// host does not wait for, so the graph launch follows the host-side copy at once.
+pub(super) struct ImageStaging {
+    pinned: PinnedHostSlice<f32>,
+    /// Recorded after each upload: the DMA still reads `pinned` until it completes.
+    uploaded: CudaEvent,
+}
+
+impl ImageStaging {
+    pub(super) fn new(dev: &CudaDevice, len: usize) -> Result<Self, CudaError> {
+        // SAFETY: the memory is written (`upload`) before any copy reads it.
+        let pinned = unsafe { dev.ctx.alloc_pinned::<f32>(len.max(1)) }?;
+        let uploaded = dev
+            .ctx
+            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
+        Ok(Self { pinned, uploaded })
+    }
+
+    /// Copies `images` into the staging memory and enqueues its upload to `dst` on the stream.
+    pub(super) fn upload(
+        &mut self,
+        dev: &CudaDevice,
+        images: &[f32],
+        dst: DevPtr<f32>,
+    ) -> Result<(), CudaError> {
+        dst.check_len(images.len(), "image upload")?;
+        if images.len() > self.pinned.len() {
+            return Err(CudaError::Invalid(format!(
+                "{} image values exceed the session's staging of {}",
+                images.len(),
+                self.pinned.len()
+            )));
+        }
+        // The previous upload (possibly of a step that failed before synchronising) may still
+        // be reading the staging memory.
+        self.uploaded.synchronize()?;
+        let staged = &mut self.pinned.as_mut_slice()?[..images.len()];
+        staged.copy_from_slice(images);
+        // SAFETY: `dst` holds at least `images.len()` elements (checked); `staged` stays alive
+        // and unwritten until `uploaded` completes (waited for above, before the next write).
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(dst.addr(), staged, dev.stream.cu_stream())?;
+        }
+        self.uploaded.record(&dev.stream)?;
+        Ok(())
+    }
 }
 
 pub(super) fn download_raw<T: cudarc::driver::DeviceRepr>(

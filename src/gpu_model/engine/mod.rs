@@ -40,7 +40,7 @@ mod device_io;
 mod forward;
 mod outputs;
 
-use device_io::upload_raw;
+use device_io::{ImageStaging, upload_raw};
 
 /// DINO's register tokens (between its cls token and the patches).
 const DINO_REGISTERS: usize = 4;
@@ -265,6 +265,7 @@ pub struct GpuSession {
     graphs: [Option<StepGraph>; 2],
     warmed: [bool; 2],
     arena_bytes: usize,
+    image_staging: ImageStaging,
 }
 
 /// A captured frame step.
@@ -370,6 +371,7 @@ impl GpuSession {
             },
             ..setup
         };
+        let image_staging = ImageStaging::new(&dev, shape.max_call * 3 * shape.plane())?;
         dev.stream.synchronize()?;
         side.stream.synchronize()?;
         Ok(Self {
@@ -397,6 +399,7 @@ impl GpuSession {
             graphs: [None, None],
             warmed: [false, false],
             arena_bytes,
+            image_staging,
         })
     }
 
@@ -610,7 +613,8 @@ impl GpuSession {
         }
         let result = (|| {
             let image_clock = Instant::now();
-            upload_raw(&self.dev, images, self.bufs.image)?;
+            self.image_staging
+                .upload(&self.dev, images, self.bufs.image)?;
             let image_upload_ms = image_clock.elapsed().as_secs_f64() * 1e3;
             let host_ms = wall.elapsed().as_secs_f64() * 1e3;
             let start = self.event()?;
