@@ -84,9 +84,6 @@ typedef unsigned long long u64;
 //             of 1..64 valid rows is worked by split 0's CTA alone, its three consumers on the
 //             same 64 rows, each over every third key tile of the whole key range (read ws_body).
 #define WS_TAIL 8
-//   WS_LAZY   timing variant: the exponentials use the running row maximum and the tile's own
-//             maximum is checked after them (read ws_softmax_exp_lazy).
-#define WS_LAZY 16
 // Bytes of the Q tile of NC consumers (the K/V ring and its barriers follow it).
 #define WS_Q_BYTES(NC) ((NC) * WS_WG_ROWS * HEAD_DIM * 2)
 // Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
@@ -353,70 +350,6 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
     }
 }
 
-// Lazy maximum (WS_LAZY, sections after the first): the exponentials use the running maximum as
-// it stands, so they need not wait for the tile's own maximum, which is reduced beside them and
-// only checked afterwards: a row keeps its maximum unless the tile's exceeds it by more than
-// LAZY_SLACK (P then reaches at most 2^8, harmless in f32 sums and bf16 products); otherwise the
-// row takes the new maximum and its P, its sum and (through corr) its O are rescaled by
-// 2^(m_old - m_new). The result is the same softmax with a different reference per row.
-// Timing variant: a tile whose scores exceed the running maximum by 128 or more (log2 units)
-// overflows P before the rescale; the exact kernels have no such limit.
-#define LAZY_SLACK 8.f
-template <int BN>
-__device__ __forceinline__ void ws_softmax_exp_lazy(float* s, float* row_max, float* row_sum,
-    float* corr, u32 lane, u32 t0, u32 kv_end, float scale_log2) {
-    constexpr int NJ = BN / 8;
-    if (t0 + BN > kv_end) {
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const u32 col = j * 8 + (lane & 3) * 2 + (e & 1);
-                if (t0 + col >= kv_end) s[j * 4 + e] = NEG_INF;
-            }
-    }
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const float m_old = row_max[hf];
-        float m8[NJ / 2];
-#pragma unroll
-        for (int k = 0; k < NJ / 2; ++k)
-            m8[k] = fmaxf(fmaxf(s[(2 * k) * 4 + hf * 2], s[(2 * k) * 4 + hf * 2 + 1]),
-                          fmaxf(s[(2 * k + 1) * 4 + hf * 2], s[(2 * k + 1) * 4 + hf * 2 + 1]));
-        float sum4[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-            const float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_old));
-            const float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_old));
-            s[j * 4 + hf * 2] = p0;
-            s[j * 4 + hf * 2 + 1] = p1;
-            sum4[j & 3] += p0 + p1;
-        }
-#pragma unroll
-        for (int k = 4; k < NJ / 2; ++k) m8[k & 3] = fmaxf(m8[k & 3], m8[k]);
-        float mx = fmaxf(fmaxf(m8[0], m8[2]), fmaxf(m8[1], m8[3]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_tile = mx * scale_log2;
-        const float sum = (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]);
-        // The four lanes of a row hold the same m_tile: the branch is uniform per row.
-        if (m_tile > m_old + LAZY_SLACK) {
-            const float c = fast_exp2(m_old - m_tile);
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                s[j * 4 + hf * 2] *= c;
-                s[j * 4 + hf * 2 + 1] *= c;
-            }
-            corr[hf] = c;
-            row_max[hf] = m_tile;
-            row_sum[hf] = (row_sum[hf] + sum) * c;
-        } else {
-            corr[hf] = 1.f;
-            row_sum[hf] += sum;
-        }
-    }
-}
-
 // Part 2 (once O += P V of the previous tile has completed): rescale O, pack P to bf16 for the
 // next P V (the m64k16 A-fragment layout: rows g / g + 8, columns 16 kc + 2 (lane & 3) (+ 8)).
 template <int BN>
@@ -613,10 +546,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             if (OVERLAP) {
                 wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
                 fence_regs<BN / 2>(s);
-                if constexpr ((FLAGS & WS_LAZY) != 0)
-                    ws_softmax_exp_lazy<BN>(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
-                else
-                    ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
+                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
                 wgmma_wait<0>();
                 fence_regs<32>(o_acc);
                 fence_frag<BN / 16>(p);
@@ -831,9 +761,6 @@ WS_ENTRY(paged_attention_fwd_sm90_ws_noinc, 128, true, true, WS_REGS | WS_NOINC,
 WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, true, WS_REGS, 1)
 // 192-key tiles, setmaxnreg, copies arriving by themselves.
 WS_ENTRY(paged_attention_fwd_sm90_ws_n192_noinc, 192, true, true, WS_REGS | WS_NOINC, 1)
-// 192-key tiles with the lazy maximum (timing variant: read ws_softmax_exp_lazy); and 128-key.
-WS_ENTRY(paged_attention_fwd_sm90_ws_n192_lazy, 192, true, true, WS_REGS | WS_LAZY, 1)
-WS_ENTRY(paged_attention_fwd_sm90_ws_regs_lazy, 128, true, true, WS_REGS | WS_LAZY, 2)
 // Diagnostic (wrong results): no copies at all; the consumers' time alone.
 WS_ENTRY(paged_attention_fwd_sm90_ws_nocopy, 128, true, true, WS_REGS | WS_NOINC | WS_NOCOPY, 2)
 // Three consumers (192 query rows, 512 threads; FlashAttention-3's layout for head dim 64):

@@ -660,10 +660,8 @@ fn parse_kernel_name(name: &str) -> anyhow::Result<AttentionKernel> {
         "ws-n192-noinc" => AttentionKernel::WgmmaWsN192Noinc,
         "ws-m192" => AttentionKernel::WgmmaWsM192,
         "ws-m192t" => AttentionKernel::WgmmaWsM192Tail,
-        "ws-n192-lazy" => AttentionKernel::WgmmaWsN192Lazy,
-        "ws-regs-lazy" => AttentionKernel::WgmmaWsRegsLazy,
         other => bail!(
-            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192, ws-m192t, ws-n192-lazy, ws-regs-lazy)"
+            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192, ws-m192t)"
         ),
     })
 }

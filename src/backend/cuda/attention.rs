@@ -59,16 +59,10 @@ pub enum AttentionKernel {
     /// H200: 0.906 ms at 72/72 against WgmmaWsN192's 0.693 (the tail CTAs, reading every tile
     /// once per consumer, take about twice a normal CTA); not a default.
     WgmmaWsM192Tail,
-    /// Timing variant of [`Self::WgmmaWsN192`]: the exponentials use the running row maximum
-    /// and the tile's maximum is checked after them (rescaling only when it moved by more than
-    /// 2^8). Not exact for a tile whose scores exceed the running maximum by 128 (log2 units).
-    WgmmaWsN192Lazy,
-    /// [`Self::WgmmaWsRegs`] (128-key tiles) with the lazy maximum; timing variant.
-    WgmmaWsRegsLazy,
 }
 
 impl AttentionKernel {
-    const ALL: [Self; 15] = [
+    const ALL: [Self; 13] = [
         Self::MmaSync,
         Self::WgmmaWide,
         Self::WgmmaWs,
@@ -82,16 +76,11 @@ impl AttentionKernel {
         Self::WgmmaWsNocopy,
         Self::WgmmaWsM192,
         Self::WgmmaWsM192Tail,
-        Self::WgmmaWsN192Lazy,
-        Self::WgmmaWsRegsLazy,
     ];
 
     /// False for diagnostic variants that skip work and compute wrong results (timing only).
     pub fn exact(self) -> bool {
-        !matches!(
-            self,
-            Self::WgmmaWsNocopy | Self::WgmmaWsN192Lazy | Self::WgmmaWsRegsLazy
-        )
+        !matches!(self, Self::WgmmaWsNocopy)
     }
 
     fn warp_specialised(self) -> bool {
@@ -113,8 +102,6 @@ impl AttentionKernel {
             Self::WgmmaWsNocopy => "paged_attention_fwd_sm90_ws_nocopy",
             Self::WgmmaWsM192 => "paged_attention_fwd_sm90_ws_m192",
             Self::WgmmaWsM192Tail => "paged_attention_fwd_sm90_ws_m192t",
-            Self::WgmmaWsN192Lazy => "paged_attention_fwd_sm90_ws_n192_lazy",
-            Self::WgmmaWsRegsLazy => "paged_attention_fwd_sm90_ws_regs_lazy",
         }
     }
 

@@ -138,8 +138,6 @@ pub const SOURCES: &[KernelSource] = &[
             "paged_attention_fwd_sm90_ws_nocopy",
             "paged_attention_fwd_sm90_ws_m192",
             "paged_attention_fwd_sm90_ws_m192t",
-            "paged_attention_fwd_sm90_ws_n192_lazy",
-            "paged_attention_fwd_sm90_ws_regs_lazy",
         ],
         hopper_only: true,
     },

@@ -3,6 +3,7 @@
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use rayon::prelude::*;
 
 use crate::backend::cuda::arena::DevPtr;
 use crate::backend::cuda::{CudaDevice, CudaError};
@@ -59,7 +60,13 @@ impl ImageStaging {
         // be reading the staging memory.
         self.uploaded.synchronize()?;
         let staged = &mut self.pinned.as_mut_slice()?[..images.len()];
-        staged.copy_from_slice(images);
+        // Write-combined memory takes one thread's stores at about 7 GB/s (0.35 ms a frame on
+        // the H200 machine): several threads fill it at memory speed.
+        const CHUNK: usize = 1 << 16;
+        staged
+            .par_chunks_mut(CHUNK)
+            .zip(images.par_chunks(CHUNK))
+            .for_each(|(dst, src)| dst.copy_from_slice(src));
         // SAFETY: `dst` holds at least `images.len()` elements (checked); `staged` stays alive
         // and unwritten until `uploaded` completes (waited for above, before the next write).
         unsafe {
