@@ -770,3 +770,6 @@ WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192, 128, true, true, WS_REGS, 2, 3)
 // runs in split 0's CTA alone with the keys dealt round-robin to its three consumers, so every
 // working CTA costs the same (1005 x 16 heads: 16 x (5 x 3 + 1) = 256 CTAs, two waves on 132 SMs).
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t, 128, true, true, WS_REGS | WS_TAIL, 2, 3)
+// Diagnostics (wrong results): ws_m192 and ws_m192t without copies, their consumers' time alone.
+WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192_nocopy, 128, true, true, WS_REGS | WS_NOINC | WS_NOCOPY, 2, 3)
+WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t_nocopy, 128, true, true, WS_REGS | WS_TAIL | WS_NOCOPY, 2, 3)

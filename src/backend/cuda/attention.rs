@@ -59,10 +59,14 @@ pub enum AttentionKernel {
     /// H200: 0.906 ms at 72/72 against WgmmaWsN192's 0.693 (the tail CTAs, reading every tile
     /// once per consumer, take about twice a normal CTA); not a default.
     WgmmaWsM192Tail,
+    /// Diagnostic, wrong results: [`Self::WgmmaWsM192`] with no copies (its consumers' time).
+    WgmmaWsM192Nocopy,
+    /// Diagnostic, wrong results: [`Self::WgmmaWsM192Tail`] with no copies.
+    WgmmaWsM192TailNocopy,
 }
 
 impl AttentionKernel {
-    const ALL: [Self; 13] = [
+    const ALL: [Self; 15] = [
         Self::MmaSync,
         Self::WgmmaWide,
         Self::WgmmaWs,
@@ -76,11 +80,16 @@ impl AttentionKernel {
         Self::WgmmaWsNocopy,
         Self::WgmmaWsM192,
         Self::WgmmaWsM192Tail,
+        Self::WgmmaWsM192Nocopy,
+        Self::WgmmaWsM192TailNocopy,
     ];
 
     /// False for diagnostic variants that skip work and compute wrong results (timing only).
     pub fn exact(self) -> bool {
-        !matches!(self, Self::WgmmaWsNocopy)
+        !matches!(
+            self,
+            Self::WgmmaWsNocopy | Self::WgmmaWsM192Nocopy | Self::WgmmaWsM192TailNocopy
+        )
     }
 
     fn warp_specialised(self) -> bool {
@@ -102,13 +111,18 @@ impl AttentionKernel {
             Self::WgmmaWsNocopy => "paged_attention_fwd_sm90_ws_nocopy",
             Self::WgmmaWsM192 => "paged_attention_fwd_sm90_ws_m192",
             Self::WgmmaWsM192Tail => "paged_attention_fwd_sm90_ws_m192t",
+            Self::WgmmaWsM192Nocopy => "paged_attention_fwd_sm90_ws_m192_nocopy",
+            Self::WgmmaWsM192TailNocopy => "paged_attention_fwd_sm90_ws_m192t_nocopy",
         }
     }
 
     /// Query rows per CTA.
     pub fn block_m(self) -> usize {
         match self {
-            Self::WgmmaWsM192 | Self::WgmmaWsM192Tail => 192,
+            Self::WgmmaWsM192
+            | Self::WgmmaWsM192Tail
+            | Self::WgmmaWsM192Nocopy
+            | Self::WgmmaWsM192TailNocopy => 192,
             _ => 128,
         }
     }
@@ -117,7 +131,10 @@ impl AttentionKernel {
         match self {
             Self::MmaSync => 128,
             Self::WgmmaWide => 256,
-            Self::WgmmaWsM192 | Self::WgmmaWsM192Tail => 512,
+            Self::WgmmaWsM192
+            | Self::WgmmaWsM192Tail
+            | Self::WgmmaWsM192Nocopy
+            | Self::WgmmaWsM192TailNocopy => 512,
             _ => 384,
         }
     }
@@ -127,7 +144,7 @@ impl AttentionKernel {
     /// [`Self::WgmmaWsM192Tail`], whose tail tile writes one split per consumer.
     pub fn forced_splits(self) -> Option<usize> {
         match self {
-            Self::WgmmaWsM192Tail => Some(3),
+            Self::WgmmaWsM192Tail | Self::WgmmaWsM192TailNocopy => Some(3),
             _ => None,
         }
     }

@@ -138,6 +138,8 @@ pub const SOURCES: &[KernelSource] = &[
             "paged_attention_fwd_sm90_ws_nocopy",
             "paged_attention_fwd_sm90_ws_m192",
             "paged_attention_fwd_sm90_ws_m192t",
+            "paged_attention_fwd_sm90_ws_m192_nocopy",
+            "paged_attention_fwd_sm90_ws_m192t_nocopy",
         ],
         hopper_only: true,
     },
