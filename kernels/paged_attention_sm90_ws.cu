@@ -84,6 +84,12 @@ typedef unsigned long long u64;
 //             of 1..64 valid rows is worked by split 0's CTA alone, its three consumers on the
 //             same 64 rows, each over every third key tile of the whole key range (read ws_body).
 #define WS_TAIL 8
+//   WS_TMA    the producer is one thread issuing TMA loads (a K and a V box per tile) instead of
+//             128 threads gathering rows with cp.async; key tiles then start at page starts
+//             (a tile never straddles two pages: a 999-key page is 7 full tiles of 128 and one
+//             of 103), and each tile's valid key count travels beside it in shared memory
+//             (read ws_tma_schedule and ws_producer_tma).
+#define WS_TMA 16
 // Bytes of the Q tile of NC consumers (the K/V ring and its barriers follow it).
 #define WS_Q_BYTES(NC) ((NC) * WS_WG_ROWS * HEAD_DIM * 2)
 // Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
@@ -303,6 +309,92 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
     for (u32 j = n_tiles > LAG ? n_tiles - LAG : 0; j < n_tiles; ++j) mbar_arrive(bar_full + (j % Ws<BN>::STAGES) * 8);
 }
 
+// ---- TMA producer (WS_TMA) ----------------------------------------------------------------
+// The host encodes the pool as a 4-D tensor {64 dims, heads, page_size slots, 2 x pages planes}
+// (plane 2 p is page p's K, 2 p + 1 its V) with a box of {64, 1, BN, 1} and the 128-byte swizzle,
+// which is exactly the layout swz() gives the cp.async path. Slots past page_size read as zeros;
+// slots past a page's valid count are masked by the consumers.
+struct __align__(64) TmaDesc {
+    unsigned long long words[16];
+};
+__device__ __forceinline__ void mbar_expect_tx_arrive(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tma_load_4d(u32 dst, const TmaDesc* map, int c0, int c1, int c2, int c3, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+        ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+        : "memory");
+}
+// Page-aligned key tiles: page p holds ceil(len_p / BN) tiles. One warp (all 32 lanes) finds the
+// total T, this split's share [begin, begin + n) of ceil(T / splits) tiles (every tile for the
+// tail CTA) and the page and in-page offset of its first tile.
+struct TmaSpan {
+    u32 n_tiles, page, offset;
+};
+template <int BN>
+__device__ __forceinline__ TmaSpan ws_tma_schedule(const u32* __restrict__ cum, u32 n_pages, u32 split,
+    u32 splits, bool all, u32 lane) {
+    u32 total = 0;
+    for (u32 p = lane; p < n_pages; p += 32) total += (__ldg(cum + p + 1) - __ldg(cum + p) + BN - 1) / BN;
+    total = __reduce_add_sync(0xffffffffu, total);
+    const u32 per_split = (total + splits - 1) / splits;
+    const u32 begin = all ? 0 : split * per_split;
+    u32 end = all ? total : begin + per_split;
+    if (end > total) end = total;
+    TmaSpan span = {end > begin ? end - begin : 0, 0, 0};
+    if (span.n_tiles == 0) return span;
+    // The page holding tile `begin`: scan the pages 32 at a time.
+    u32 base = 0;
+    for (u32 p0 = 0; p0 < n_pages; p0 += 32) {
+        const u32 p = p0 + lane;
+        const u32 t = p < n_pages ? (__ldg(cum + p + 1) - __ldg(cum + p) + BN - 1) / BN : 0;
+        u32 incl = t;
+#pragma unroll
+        for (u32 d = 1; d < 32; d <<= 1) {
+            const u32 up = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += up;
+        }
+        const u32 hit = __ballot_sync(0xffffffffu, base + incl > begin);
+        if (hit) {
+            const u32 l = __ffs(hit) - 1;
+            const u32 excl = __shfl_sync(0xffffffffu, incl - t, l);
+            span.page = p0 + l;
+            span.offset = (begin - base - excl) * BN;
+            return span;
+        }
+        base += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    return span;
+}
+// One thread: per tile, wait for the stage, publish the tile's valid key count, expect the two
+// boxes' bytes on `full` (its only arrival) and issue the K and V loads.
+template <int BN>
+__device__ __forceinline__ void ws_producer_tma(const TmaDesc* map, u32 skv0, u32 bar_full, u32 bar_empty,
+    volatile u32* tile_valid, const u32* __restrict__ indices, const u32* __restrict__ cum, TmaSpan span,
+    u32 h) {
+    u32 p = span.page, offset = span.offset;
+    u32 len = __ldg(cum + p + 1) - __ldg(cum + p);
+    for (u32 j = 0; j < span.n_tiles; ++j) {
+        const u32 stage = j % Ws<BN>::STAGES;
+        mbar_wait(bar_empty + stage * 8, ((j / Ws<BN>::STAGES) & 1) ^ 1);
+        const u32 left = len - offset;
+        tile_valid[stage] = left < BN ? left : BN;
+        mbar_expect_tx_arrive(bar_full + stage * 8, Ws<BN>::STAGE_BYTES);
+        const u32 plane = 2 * __ldg(indices + p);
+        const u32 dst = skv0 + stage * Ws<BN>::STAGE_BYTES;
+        tma_load_4d(dst, map, 0, (int)h, (int)offset, (int)plane, bar_full + stage * 8);
+        tma_load_4d(dst + Ws<BN>::TILE_BYTES, map, 0, (int)h, (int)offset, (int)plane + 1, bar_full + stage * 8);
+        offset += BN;
+        // Next tile: the rest of this page, else the next page with keys (empty pages skipped).
+        while (offset >= len && j + 1 < span.n_tiles) {
+            ++p;
+            offset = 0;
+            len = __ldg(cum + p + 1) - __ldg(cum + p);
+        }
+    }
+}
+
 // ---- consumers: online softmax of one S tile -------------------------------------------------
 // s holds this thread's 2 rows x 32 columns of S (row g + 8 hf, column 8 j + 2 (lane & 3) + e at
 // s[4 j + 2 hf + e]). Part 1 (S only): mask, new row maxima, s := P in f32, row sums, and the
@@ -380,7 +472,12 @@ template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS, int NC>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, u32 lq, u32 heads, u32 n_splits,
     float scale_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
-    u32 warp, u32 q0, u32 split, u32 h, u32 n_tiles, u32 kv_begin, u32 kv_end, bool tail) {
+    u32 warp, u32 q0, u32 split, u32 h, u32 n_tiles, u32 kv_begin, u32 kv_end, bool tail,
+    const volatile u32* tile_valid) {
+    // Masking bounds of ring entry e (in stage `stage`): key t0 + col is valid while < end. TMA
+    // tiles carry their valid count (read after the stage's `full` wait, before its release).
+    auto t0_of = [&](u32 e) -> u32 { return (FLAGS & WS_TMA) ? 0u : kv_begin + e * BN; };
+    auto end_of = [&](u32 stage) -> u32 { return (FLAGS & WS_TMA) ? tile_valid[stage] : kv_end; };
 
     const u32 ctid = tid & 127;
 #pragma unroll
@@ -485,7 +582,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
         if (PINGPONG) named_arrive(other_turn, 256);
         wgmma_wait<0>();
         fence_regs<BN / 2>(s);
-        ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, kv_begin + e_add * BN, kv_end, scale_log2);
+        ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0_of(e_add), end_of(first), scale_log2);
         ws_rescale_pack<BN>(s, o_acc, p, corr);
 
         // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
@@ -525,7 +622,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
                     mbar_arrive(bar_empty + prev * 8);
                     wgmma_wait<0>();
                     fence_regs<BN / 2>(s);
-                    ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, kv_begin + e * BN, kv_end, scale_log2);
+                    ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0_of(e), end_of(stage), scale_log2);
                     ws_rescale_pack<BN>(s, o_acc, p, corr);
                     continue;
                 }
@@ -542,11 +639,12 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
             wgmma_commit();
             if (PINGPONG) named_arrive(other_turn, 256);
-            const u32 t0 = kv_begin + e * BN;
+            const u32 t0 = t0_of(e);
+            const u32 t_end = end_of(stage);
             if (OVERLAP) {
                 wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
                 fence_regs<BN / 2>(s);
-                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
+                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, t_end, scale_log2);
                 wgmma_wait<0>();
                 fence_regs<32>(o_acc);
                 fence_frag<BN / 16>(p);
@@ -557,7 +655,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
                 fence_regs<32>(o_acc);
                 fence_frag<BN / 16>(p);
                 mbar_arrive(bar_empty + prev * 8);
-                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, kv_end, scale_log2);
+                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, t_end, scale_log2);
             }
             ws_rescale_pack<BN>(s, o_acc, p, corr);
         }
@@ -626,13 +724,17 @@ template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS, int LAG, int NC>
 __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
     u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
-    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) {
+    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2,
+    const TmaDesc* kv_map) {
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
     u16* sq = (u16*)smem;                                     // [NC * 64][64], swizzled
     u16* skv = (u16*)(smem + WS_Q_BYTES(NC));                 // [STAGES][K|V][BN][64]
     const u32 bar_full = smem_addr(smem + WS_Q_BYTES(NC) + Ws<BN>::STAGES * Ws<BN>::STAGE_BYTES);  // [STAGES]
     const u32 bar_empty = bar_full + Ws<BN>::STAGES * 8;                                   // [STAGES]
+    // WS_TMA: each stage's valid key count, then the split's schedule (tiles, page, offset).
+    u32* tile_valid = (u32*)(smem + WS_Q_BYTES(NC) + Ws<BN>::STAGES * Ws<BN>::STAGE_BYTES + Ws<BN>::STAGES * 16);
+    u32* tma_sched = tile_valid + Ws<BN>::STAGES;
 
     const u32 tid = threadIdx.x;
     const u32 lane = tid & 31;
@@ -691,15 +793,27 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         kv_end = kv_len;
     }
 
+    if constexpr ((FLAGS & WS_TMA) != 0) {
+        if (warp == 0) {
+            const TmaSpan span = ws_tma_schedule<BN>(cum, n_pages, split, splits, tail, lane);
+            if (lane == 0) {
+                tma_sched[0] = span.n_tiles;
+                tma_sched[1] = span.page;
+                tma_sched[2] = span.offset;
+            }
+        }
+    }
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < Ws<BN>::STAGES; ++s) {
-            mbar_init(bar_full + s * 8, 128);   // every producer thread arrives
+            // every producer thread arrives; TMA: the one issuing thread, plus the bytes
+            mbar_init(bar_full + s * 8, (FLAGS & WS_TMA) ? 1 : 128);
             // every consumer thread arrives; tail mode: one consumer per ring entry
             mbar_init(bar_empty + s * 8, tail ? 128 : NC * 128);
         }
     }
     __syncthreads();  // the only CTA-wide barrier: the roles never meet again
+    if constexpr ((FLAGS & WS_TMA) != 0) n_tiles = tma_sched[0];
 
     // setmaxnreg wants each warpgroup's role as one branch of a single if/else.
     if (role == 0) {
@@ -707,7 +821,11 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         // 3 consumers: 32 + 3 x 160 (FlashAttention-3's split for four warpgroups).
         if constexpr ((FLAGS & WS_REGS) && NC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if constexpr ((FLAGS & WS_REGS) && NC == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
-        if constexpr ((FLAGS & WS_TAIL) != 0) {
+        if constexpr ((FLAGS & WS_TMA) != 0) {
+            if (tid == 0 && n_tiles > 0)
+                ws_producer_tma<BN>(kv_map, smem_addr(skv), bar_full, bar_empty, tile_valid, indices, cum,
+                    TmaSpan{n_tiles, tma_sched[1], tma_sched[2]}, h);
+        } else if constexpr ((FLAGS & WS_TAIL) != 0) {
             // Tail mode: copies that arrive on `full` by themselves (WS_NOINC; the consumers
             // fence to the async proxy after the wait), so that a tile is announced as soon as it
             // landed, never held back behind the producer's wait for a later stage (read
@@ -726,7 +844,7 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         if constexpr ((FLAGS & WS_REGS) && NC == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
         ws_consumer<BN, PINGPONG, OVERLAP, FLAGS, NC>(q, out, part_o, part_lse, lq, heads, n_splits,
             scale_log2, sq, skv, bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h,
-            n_tiles, kv_begin, kv_end, tail);
+            n_tiles, kv_begin, kv_end, tail, tile_valid);
     }
 }
 
@@ -737,9 +855,10 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \
         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
         const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
-        const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) { \
+        const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2,   \
+        const __grid_constant__ TmaDesc kv_map) {                                                 \
         ws_body<BN, PINGPONG, OVERLAP, FLAGS, LAG, NC>(q, out, part_o, part_lse, pool, page_size,  \
-            indices, cum, n_pages_ptr, lq, heads, n_splits, scale_log2);                          \
+            indices, cum, n_pages_ptr, lq, heads, n_splits, scale_log2, &kv_map);                 \
     }
 // Two consumers (128 query rows, 384 threads).
 #define WS_ENTRY(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG) WS_ENTRY_NC(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG, 2)
@@ -770,6 +889,11 @@ WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192, 128, true, true, WS_REGS, 2, 3)
 // runs in split 0's CTA alone with the keys dealt round-robin to its three consumers, so every
 // working CTA costs the same (1005 x 16 heads: 16 x (5 x 3 + 1) = 256 CTAs, two waves on 132 SMs).
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t, 128, true, true, WS_REGS | WS_TAIL, 2, 3)
+// TMA producers (WS_TMA: page-aligned tiles, one thread issuing a K and a V box per tile) for
+// the 192-key default, the three-consumer kernel and its tail-split.
+WS_ENTRY(paged_attention_fwd_sm90_ws_n192_tma, 192, true, true, WS_REGS | WS_TMA, 1)
+WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192_tma, 128, true, true, WS_REGS | WS_TMA, 2, 3)
+WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t_tma, 128, true, true, WS_REGS | WS_TAIL | WS_TMA, 2, 3)
 // Diagnostics (wrong results): ws_m192 and ws_m192t without copies, their consumers' time alone.
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192_nocopy, 128, true, true, WS_REGS | WS_NOINC | WS_NOCOPY, 2, 3)
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t_nocopy, 128, true, true, WS_REGS | WS_TAIL | WS_NOCOPY, 2, 3)

@@ -347,9 +347,16 @@ fn matches_cpu_attention_and_dense_baseline() {
 #[test]
 fn m192_tail_split_matches_reference() {
     let Some(dev) = device() else { return };
-    let kernel = AttentionKernel::WgmmaWsM192Tail;
-    if !AttentionKernel::available(&dev).contains(&kernel) {
-        eprintln!("skipped: {kernel:?} needs sm_90a");
+    // The cp.async tail kernel and its TMA twin (page-aligned tiles: one per page here, often).
+    let kernels: Vec<AttentionKernel> = [
+        AttentionKernel::WgmmaWsM192Tail,
+        AttentionKernel::WgmmaWsM192TailTma,
+    ]
+    .into_iter()
+    .filter(|k| AttentionKernel::available(&dev).contains(k))
+    .collect();
+    if kernels.is_empty() {
+        eprintln!("skipped: the tail-split kernels need sm_90a");
         return;
     }
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -436,7 +443,11 @@ fn m192_tail_split_matches_reference() {
         .concat(),
         splits: None,
     });
-    for (i, case) in cases.iter().enumerate() {
+    for (kernel, (i, case)) in kernels
+        .iter()
+        .copied()
+        .flat_map(|k| cases.iter().enumerate().map(move |c| (k, c)))
+    {
         let (got, reference) = run_case(&dev, case, kernel, 500 + i as u64);
         let err = relative_error(&got, &reference);
         // The last query tile on its own too (in tail mode a small share of all rows).
