@@ -58,8 +58,17 @@
 // change (same bench, one run): 0.906 ms at 72/72 (ws_n192 0.693), 1.654 at 72/10000 (1.263).
 // The tail CTAs still take about twice a normal CTA: a tail CTA reads every K/V tile once per
 // consumer turn (3x a normal CTA's traffic per FLOP, ~64 GB/s for one SM), so the copies, not the
-// products, set its pace. Kept for timing, not used by default. What would remove the excess: the
-// three tail consumers sharing each tile (64 keys of it each) instead of taking whole tiles.
+// products, set its pace. Kept for timing, not used by default. Sharing each tile between two
+// tail consumers (64 keys each; branch wip/m192-halftile) measured 0.872: no better.
+//
+// Consumers alone (no copies; H200, 72/72): ws_m192 0.626-0.652 ms, ws_m192t 0.616-0.618: the
+// tail-split's consumers would beat the default by 10 %; its copies are what it lacks. The TMA
+// producer (WS_TMA: one thread, a K and a V box per page-aligned tile) brought ws_m192t from
+// 0.872 to 0.702 ms (72/10000: 1.609 to 1.268) but only ties ws_n192 (0.687 / 1.265 in the same
+// run); ws_m192 lost with it (0.748 against 0.709) and so did ws_n192 (0.711: a 999-key page is
+// five 192-key tiles and one of 39). A box is 128 rows of 128 bytes 2 KB apart (the pool is
+// slot-major, heads interleaved), which the TMA unit serves row by row; a head-major pool would
+// make every box one contiguous 16 KB read.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
