@@ -1,8 +1,9 @@
 // KV cache data movement: writing a frame step's K/V into its pages, and the dense baseline's
 // per-call concatenation of the visible pages into one contiguous buffer.
 //
-// Layout (see src/backend/cuda/kv.rs): pool [page][K|V][page_size][heads][64] bf16; a step's K and V
-// are [tokens][heads][64] bf16. Everything moves in 16-byte chunks (8 bf16).
+// Layout (see src/backend/cuda/kv.rs): pool [page][K|V][heads][page_size][64] bf16 (head-major:
+// one head's keys of a page are contiguous, so an attention tile is one contiguous read); a step's
+// K and V are [tokens][heads][64] bf16. Everything moves in 16-byte chunks (8 bf16).
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -10,7 +11,7 @@ typedef unsigned long long u64;
 
 #define HEAD_DIM 64
 
-// The dense baseline: dense [K|V][capacity][heads][64] <- the visible pages' valid tokens in
+// The dense baseline: dense [K|V][heads][capacity][64] <- the visible pages' valid tokens in
 // attention order. Graph-safe: the page count is read on the device (the grid covers every page the
 // pool can show; blocks past it exit) and the buffer has a fixed capacity, so V sits at a fixed
 // offset. Block (0, 0) also writes the one-page
@@ -31,16 +32,18 @@ extern "C" __global__ void kv_gather_dense(const u16* __restrict__ pool, u16* __
     if (p >= n_pages) return;
     const u32 start = cum[p], len = cum[p + 1] - start;
     if (start + len > capacity) return;  // the host sizes capacity for the longest stream
-    const u32 chunks_per_token = heads * (HEAD_DIM / 8);
-    const u64 tok_stride = (u64)heads * HEAD_DIM;
-    const u64 v_offset = (u64)page_size * tok_stride;
-    const u64 dense_v = (u64)capacity * tok_stride;
+    // Per head: the page's first `len` rows of 64 go to rows start .. start + len of the head's
+    // dense plane.
+    const u32 chunks_per_head = len * (HEAD_DIM / 8);
+    const u64 v_offset = (u64)page_size * heads * HEAD_DIM;
+    const u64 dense_v = (u64)capacity * heads * HEAD_DIM;
     const u64 page_base = (u64)indices[p] * 2 * v_offset;
-    const u64 total = (u64)len * chunks_per_token;
+    const u64 total = (u64)heads * chunks_per_head;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (u64)gridDim.x * blockDim.x) {
-        u64 src = page_base + i * 8;
-        u64 dst = (u64)start * tok_stride + i * 8;
+        const u32 h = (u32)(i / chunks_per_head), c = (u32)(i % chunks_per_head);
+        const u64 src = page_base + (u64)h * page_size * HEAD_DIM + (u64)c * 8;
+        const u64 dst = ((u64)h * capacity + start) * HEAD_DIM + (u64)c * 8;
         *(uint4*)(dense + dst) = *(const uint4*)(pool + src);
         *(uint4*)(dense + dst + dense_v) = *(const uint4*)(pool + src + v_offset);
     }
@@ -66,8 +69,10 @@ extern "C" __global__ void kv_write_tokens(const u16* __restrict__ k, const u16*
             const u32 src_token = __ldg(runs + 4 * r), len = __ldg(runs + 4 * r + 3);
             if (t < src_token || t >= src_token + len) continue;
             const u32 page = __ldg(runs + 4 * r + 1), slot = __ldg(runs + 4 * r + 2);
+            // Chunk c of token t is head c / 8, chunk c % 8 of that head's row.
             const u64 src = (u64)t * tok_stride + (u64)c * 8;
-            const u64 dst = (u64)page * 2 * v_offset + (u64)(slot + t - src_token) * tok_stride + (u64)c * 8;
+            const u64 dst = (u64)page * 2 * v_offset + ((u64)(c >> 3) * page_size + slot + t - src_token) * HEAD_DIM +
+                            (u64)(c & 7) * 8;
             *(uint4*)(pool + dst) = *(const uint4*)(k + src);
             *(uint4*)(pool + dst + v_offset) = *(const uint4*)(v + src);
             break;

@@ -2,7 +2,8 @@
 //
 // Layout (shared with the host, see src/backend/cuda/kv.rs):
 //   q, out           [lq][heads][64]                       bf16
-//   pool (one layer) [page][K|V][page_size][heads][64]     bf16
+//   pool (one layer) [page][K|V][heads][page_size][64]     bf16 (head-major: a head's slots of a
+//                    page are contiguous)
 //   page table       indices[n_pages] (physical page ids in attention order) and
 //                    cum[n_pages + 1] (prefix sums of each visible page's valid length)
 // The keys form one logical sequence of cum[n_pages] tokens: token t lives in the visible page p
@@ -127,8 +128,8 @@ paged_attention_fwd(const u16* __restrict__ q, u16* __restrict__ out, float* __r
     // An empty split (more splits than tiles) writes an empty partial: LSE -inf.
     const u32 n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + BLOCK_N - 1) / BLOCK_N : 0;
 
-    const u64 tok_stride = (u64)heads * HEAD_DIM;          // elements between slots
-    const u64 v_offset = (u64)page_size * tok_stride;      // K -> V within a page
+    const u64 head_stride = (u64)page_size * HEAD_DIM;     // elements between heads of a page
+    const u64 v_offset = head_stride * heads;              // K -> V within a page
     const u64 page_stride = 2 * v_offset;
 
     // ---- Q tile: 128 rows x 8 chunks, 8 chunks per thread.
@@ -169,7 +170,7 @@ paged_attention_fwd(const u16* __restrict__ q, u16* __restrict__ out, float* __r
                 cursor[i] = p;
                 u32 slot = t - __ldg(cum + p);
                 u64 page = __ldg(indices + p);
-                src = pool + page * page_stride + slot * tok_stride + (u64)h * HEAD_DIM + ld_col * 8;
+                src = pool + page * page_stride + h * head_stride + (u64)slot * HEAD_DIM + ld_col * 8;
             }
             u32 off = swz(r, ld_col) * 8;
             cp_async_16(smem_addr(sk + off), src, ok);

@@ -146,8 +146,8 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
 
     // 32-bit strides (the host checks that a page, K and V, has fewer than 2^32 elements): the
     // kernel is at its register cap, and 64-bit constants cost two registers each.
-    const u32 tok_stride = heads * HEAD_DIM;
-    const u32 v_offset = page_size * tok_stride;
+    const u32 head_stride = page_size * HEAD_DIM;
+    const u32 v_offset = head_stride * heads;
     const u32 page_stride = 2 * v_offset;
 
 #pragma unroll
@@ -181,7 +181,7 @@ __device__ __forceinline__ void wide_body(const u16* __restrict__ q, u16* __rest
                 if (i == 0) cursor = p;
                 u32 slot = t - __ldg(cum + p);
                 u64 page = __ldg(indices + p);
-                src = pool + page * page_stride + (slot * tok_stride + h * HEAD_DIM + ld_col * 8);
+                src = pool + page * page_stride + (h * head_stride + slot * HEAD_DIM + ld_col * 8);
             }
             u32 off = swz(r, ld_col) * 8;
             cp_async_16(smem_addr(sk + off), src, ok);

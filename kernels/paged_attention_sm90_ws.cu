@@ -256,8 +256,8 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
     constexpr u32 kRowStep = 128 / ROW_CHUNKS;                // 16
     constexpr int kLoadRows = BN / kRowStep;           // 8 or 12
     // 32-bit strides: the host checks that a page (K and V) has fewer than 2^32 elements.
-    const u32 tok_stride = heads * HEAD_DIM;
-    const u32 v_offset = page_size * tok_stride;
+    const u32 head_stride = page_size * HEAD_DIM;  // pool [page][K|V][heads][page_size][64]
+    const u32 v_offset = head_stride * heads;
     const u32 page_stride = 2 * v_offset;
     const u32 ld_col = tid & 7;
     const u32 ld_row = tid >> 3;
@@ -268,7 +268,7 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
     u32 p = find_page(cum, n_pages, kv_begin + ld_row < kv_len ? kv_begin + ld_row : kv_len - 1);
     u32 lo = __ldg(cum + p);
     u32 hi = __ldg(cum + p + 1);
-    const u16* page_ptr = pool + (u64)__ldg(indices + p) * page_stride + h * HEAD_DIM + ld_col * 8;
+    const u16* page_ptr = pool + (u64)__ldg(indices + p) * page_stride + h * head_stride + ld_col * 8;
 
     for (u32 j = 0; j < n_tiles; ++j) {
         const u32 stage = j % Ws<BN>::STAGES;
@@ -291,9 +291,9 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
                     ++p;
                     lo = hi;
                     hi = __ldg(cum + p + 1);
-                    page_ptr = pool + (u64)__ldg(indices + p) * page_stride + h * HEAD_DIM + ld_col * 8;
+                    page_ptr = pool + (u64)__ldg(indices + p) * page_stride + h * head_stride + ld_col * 8;
                 }
-                src = page_ptr + (t - lo) * tok_stride;
+                src = page_ptr + (t - lo) * HEAD_DIM;
             }
             const u32 off = swz(r, ld_col) * 8;
             cp_async_16(smem_addr(sk + off), src, ok);
@@ -319,10 +319,11 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
 }
 
 // ---- TMA producer (WS_TMA) ----------------------------------------------------------------
-// The host encodes the pool as a 4-D tensor {64 dims, heads, page_size slots, 2 x pages planes}
-// (plane 2 p is page p's K, 2 p + 1 its V) with a box of {64, 1, BN, 1} and the 128-byte swizzle,
-// which is exactly the layout swz() gives the cp.async path. Slots past page_size read as zeros;
-// slots past a page's valid count are masked by the consumers.
+// The host encodes the pool as a 4-D tensor {64 dims, page_size slots, heads, 2 x pages planes}
+// (plane 2 p is page p's K, 2 p + 1 its V) with a box of {64, BN, 1, 1} (one contiguous run of BN
+// rows of 128 bytes) and the 128-byte swizzle, which is exactly the layout swz() gives the
+// cp.async path. Slots past page_size read as zeros; slots past a page's valid count are masked
+// by the consumers.
 struct __align__(64) TmaDesc {
     unsigned long long words[16];
 };
@@ -392,8 +393,8 @@ __device__ __forceinline__ void ws_producer_tma(const TmaDesc* map, u32 skv0, u3
         mbar_expect_tx_arrive(bar_full + stage * 8, Ws<BN>::STAGE_BYTES);
         const u32 plane = 2 * __ldg(indices + p);
         const u32 dst = skv0 + stage * Ws<BN>::STAGE_BYTES;
-        tma_load_4d(dst, map, 0, (int)h, (int)offset, (int)plane, bar_full + stage * 8);
-        tma_load_4d(dst + Ws<BN>::TILE_BYTES, map, 0, (int)h, (int)offset, (int)plane + 1, bar_full + stage * 8);
+        tma_load_4d(dst, map, 0, (int)offset, (int)h, (int)plane, bar_full + stage * 8);
+        tma_load_4d(dst + Ws<BN>::TILE_BYTES, map, 0, (int)offset, (int)h, (int)plane + 1, bar_full + stage * 8);
         offset += BN;
         // Next tile: the rest of this page, else the next page with keys (empty pages skipped).
         while (offset >= len && j + 1 < span.n_tiles) {

@@ -271,7 +271,7 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
                     const u32* __restrict__ frame_base, u32 max_frame,
                     // K/V straight into the cache pages (pool != null; k and v unused): the
                     // step's write runs [src_token, page, slot, len] and their count, read on
-                    // the device as kv_write_tokens does (pool [page][K|V][page_size][heads][64]).
+                    // the device as kv_write_tokens does (pool [page][K|V][heads][page_size][64]).
                     u16* __restrict__ pool, const u32* __restrict__ runs,
                     const u32* __restrict__ n_runs_ptr, u32 page_size) {
     const u32 lane = threadIdx.x & 31;
@@ -327,14 +327,12 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
         return;
     }
     const u32 n_runs = __ldg(n_runs_ptr);
-    const u64 tok_stride = (u64)heads * HEAD_DIM;
-    const u64 v_offset = (u64)page_size * tok_stride;
+    const u64 v_offset = (u64)page_size * heads * HEAD_DIM;
     for (u32 r = 0; r < n_runs; ++r) {
         const u32 first = __ldg(runs + 4 * r), len = __ldg(runs + 4 * r + 3);
         if (n < first || n >= first + len) continue;
         const u32 page = __ldg(runs + 4 * r + 1), slot = __ldg(runs + 4 * r + 2);
-        const u64 kd = (u64)page * 2 * v_offset + (u64)(slot + n - first) * tok_stride +
-                       (u64)h * HEAD_DIM + 2 * lane;
+        const u64 kd = (u64)page * 2 * v_offset + ((u64)h * page_size + slot + n - first) * HEAD_DIM + 2 * lane;
         store_pair(pool + kd, xk);
         *(u32*)(pool + kd + v_offset) = xv;
         break;

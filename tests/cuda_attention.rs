@@ -44,6 +44,23 @@ struct Case {
 
 /// Runs one case on the GPU and checks it against the f64 host reference (all rows), returning
 /// the relative error.
+/// A device pool `[page][K|V][heads][page_size][64]` rearranged as the host store keeps pages,
+/// `[page][K|V][page_size][heads][64]`.
+fn token_major(pool: &[bf16], page_size: usize, heads: usize) -> Vec<bf16> {
+    let plane = page_size * heads * D;
+    let mut out = vec![bf16::ZERO; pool.len()];
+    for (p, src) in pool.chunks_exact(plane).enumerate() {
+        for h in 0..heads {
+            for slot in 0..page_size {
+                let from = (h * page_size + slot) * D;
+                let to = p * plane + (slot * heads + h) * D;
+                out[to..to + D].copy_from_slice(&src[from..from + D]);
+            }
+        }
+    }
+    out
+}
+
 fn check(dev: &CudaDevice, case: &Case, kernel: AttentionKernel, seed: u64) -> f64 {
     let (got, reference) = run_case(dev, case, kernel, seed);
     relative_error(&got, &reference)
@@ -288,7 +305,9 @@ fn matches_cpu_attention_and_dense_baseline() {
         last_page_len: 42,
         page_lens: page_lens.clone(),
     };
-    let data = KvBuf::Bf16(pool.clone());
+    // The host store keeps a page token-major ([K|V][page_size][heads][64]); the device pool is
+    // head-major ([K|V][heads][page_size][64]).
+    let data = KvBuf::Bf16(token_major(&pool, page_size, heads));
     let q_f32: Vec<f32> = q_host.iter().map(|x| x.to_f32()).collect();
     let mut cpu = vec![0f32; q_f32.len()];
     paged_attention(

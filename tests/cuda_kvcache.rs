@@ -24,16 +24,19 @@ fn device() -> Option<CudaDevice> {
     }
 }
 
-/// Applies a step's writes to a host mirror of the pool, exactly as the kernel should.
+/// Applies a step's writes to a host mirror of the pool (`[page][K|V][heads][page_size][64]`),
+/// exactly as the kernel should, from K and V `[tokens][heads][64]`.
 fn mirror_writes(mirror: &mut [bf16], g: &KvGeometry, step: &StepPlan, k: &[bf16], v: &[bf16]) {
-    let tok = g.heads * D;
-    let v_off = g.page_size * tok;
+    let head = g.page_size * D;
+    let v_off = g.heads * head;
     for r in &step.writes {
         for t in 0..r.len as usize {
-            let src = (r.src_token as usize + t) * tok;
-            let dst = r.page as usize * 2 * v_off + (r.slot as usize + t) * tok;
-            mirror[dst..dst + tok].copy_from_slice(&k[src..src + tok]);
-            mirror[dst + v_off..dst + v_off + tok].copy_from_slice(&v[src..src + tok]);
+            for h in 0..g.heads {
+                let src = ((r.src_token as usize + t) * g.heads + h) * D;
+                let dst = r.page as usize * 2 * v_off + h * head + (r.slot as usize + t) * D;
+                mirror[dst..dst + D].copy_from_slice(&k[src..src + D]);
+                mirror[dst + v_off..dst + v_off + D].copy_from_slice(&v[src..src + D]);
+            }
         }
     }
 }
@@ -90,15 +93,17 @@ fn run_step(
 
     // Every page the plan shows holds exactly what the mirror holds (valid slots only).
     let pool = dev.stream.clone_dtoh(cache.pool(0).unwrap()).unwrap();
-    let tok = g.heads * D;
     for (&p, &len) in step.plan.indices.iter().zip(&step.plan.page_lens) {
         for kv in 0..2 {
-            let base = (p as usize * 2 + kv) * g.page_size * tok;
-            assert!(
-                pool[base..base + len as usize * tok] == mirror[base..base + len as usize * tok],
-                "page {p} ({}) differs from the host mirror",
-                if kv == 0 { "K" } else { "V" }
-            );
+            for h in 0..g.heads {
+                let base = ((p as usize * 2 + kv) * g.heads + h) * g.page_size * D;
+                let valid = base..base + len as usize * D;
+                assert!(
+                    pool[valid.clone()] == mirror[valid],
+                    "page {p} ({}, head {h}) differs from the host mirror",
+                    if kv == 0 { "K" } else { "V" }
+                );
+            }
         }
     }
 

@@ -5,7 +5,7 @@
 use half::bf16;
 use rayon::prelude::*;
 
-/// One layer's paged keys on the host: pool `[page][K|V][page_size][heads][head_dim]` bf16 and the
+/// One layer's paged keys on the host: pool `[page][K|V][heads][page_size][head_dim]` bf16 and the
 /// visible pages with their valid lengths.
 pub struct HostPagedKv<'a> {
     pub pool: &'a [bf16],
@@ -19,15 +19,15 @@ pub struct HostPagedKv<'a> {
 impl HostPagedKv<'_> {
     /// (K row, V row) of head `h` of each visible key, in attention order.
     fn keys(&self, h: usize) -> impl Iterator<Item = (&[bf16], &[bf16])> + '_ {
-        let tok = self.heads * self.head_dim;
-        let v_off = self.page_size * tok;
+        let head = self.page_size * self.head_dim;
+        let v_off = self.heads * head;
         self.indices
             .iter()
             .zip(self.page_lens)
             .flat_map(move |(&page, &len)| {
-                let base = page as usize * 2 * v_off;
+                let base = page as usize * 2 * v_off + h * head;
                 (0..len as usize).map(move |slot| {
-                    let k = base + slot * tok + h * self.head_dim;
+                    let k = base + slot * self.head_dim;
                     (
                         &self.pool[k..k + self.head_dim],
                         &self.pool[k + v_off..k + v_off + self.head_dim],

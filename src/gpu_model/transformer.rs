@@ -10,7 +10,7 @@ use crate::backend::cuda::attention::{
     AttentionKernel, RawPagedKv, RawWorkspace, choose_splits, paged_attention_raw,
 };
 use crate::backend::cuda::gemm::{Epilogue, Gemm};
-use crate::backend::cuda::ops::{self, LnOut, QkNorm, Rope};
+use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache};
 
 use super::weights::{GpuBlockWeights, GpuLayerNorm};
@@ -80,11 +80,23 @@ impl BlockScratch {
 /// Most key splits any attention call of the model uses (the workspace is sized for it).
 pub const MAX_SPLITS: usize = 4;
 
+/// Words per frame of the frame-local attention tables (read [`Attend::WithinFrames`]).
+pub const LOCAL_TABLE_WORDS: usize = 5;
+
+/// The frame-local attention tables of `frames` frames of `tokens` tokens.
+pub fn local_tables(frames: usize, tokens: usize) -> Vec<u32> {
+    (0..frames)
+        .flat_map(|f| [1, 0, f as u32, 0, tokens as u32])
+        .collect()
+}
+
 /// What a block's attention looks at.
 pub enum Attend<'a> {
     /// Each frame's tokens attend to their own frame (DINO, frame blocks). `tables` holds one
-    /// `[n_pages = 1, page = f, 0, tokens]` record per frame, so the scratch K/V is read as one
-    /// page per frame of `tokens` slots.
+    /// `[1, 0, f, 0, tokens]` record per frame ([`LOCAL_TABLE_WORDS`]): read from word 0 it is
+    /// a one-page table (n_pages 1, page f, cum 0..tokens), read from word 1 with the run count
+    /// at word 0 it is the one write run [src 0, page f, slot 0, tokens], so the q/k/v split
+    /// writes each frame's K/V into the scratch as page f of `tokens` slots, in the pool layout.
     WithinFrames {
         frames: usize,
         tokens: usize,
@@ -235,26 +247,30 @@ pub fn block_forward(
             rope,
         } => {
             let row = c;
+            s.kv.check_len(2 * frames * tokens * row, "frame-local K/V scratch")?;
             for f in 0..frames {
                 let rows = f * tokens * row;
-                let page = 2 * f * tokens * row;
-                ops::qkv_split_norm_rope(
+                let table = tables.slice(LOCAL_TABLE_WORDS * f, LOCAL_TABLE_WORDS)?;
+                ops::qkv_split_norm_rope_to_pages(
                     dev,
                     s.qkv.slice(3 * rows, 3 * tokens * row)?,
                     s.q.slice(rows, tokens * row)?,
-                    s.kv.slice(page, tokens * row)?,
-                    s.kv.slice(page + tokens * row, tokens * row)?,
+                    PagedKvDest {
+                        pool: s.kv.addr(),
+                        runs: table.slice(1, 4)?.addr(),
+                        n_runs: table.slice(0, 1)?.addr(),
+                        page_size: tokens as u32,
+                    },
                     tokens,
                     heads,
                     norm,
                     rope,
                 )?;
-                let table = tables.slice(4 * f, 4)?;
                 let kv = RawPagedKv {
                     pool: s.kv,
                     page_size: tokens as u32,
-                    indices: table.slice(1, 1)?,
-                    cum: table.slice(2, 2)?,
+                    indices: table.slice(2, 1)?,
+                    cum: table.slice(3, 2)?,
                     n_pages: table.slice(0, 1)?,
                 };
                 paged_attention_raw(

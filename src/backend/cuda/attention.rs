@@ -306,7 +306,7 @@ impl AttentionWorkspace {
     }
 }
 
-/// The keys of one attention call: a pool in `[page][K|V][page_size][heads][64]` layout and its
+/// The keys of one attention call: a pool in `[page][K|V][heads][page_size][64]` layout and its
 /// page table (device views).
 pub struct PagedKv<'a> {
     pub pool: CudaView<'a, bf16>,
@@ -421,7 +421,7 @@ pub fn cache_attention(
 /// `[K|V][kv_len][heads][64]` buffer (one gather kernel, like `torch.cat` of the per-frame
 /// tensors), then attended as a single page.
 pub struct DenseBaseline {
-    /// `[K|V][capacity][heads][64]`: the contiguous buffer as one page of `capacity` slots.
+    /// `[K|V][heads][capacity][64]`: the contiguous buffer as one page of `capacity` slots.
     buf: CudaSlice<bf16>,
     capacity: usize,
     /// `[n_pages 1][index 0][cum 0, kv_len]`, written by the gather on the device.

@@ -1,6 +1,8 @@
 //! Device K/V storage for the paged cache, driven by the host's page bookkeeping.
 //!
-//! Per layer one pool `[page][K|V][page_size][heads][64]` bf16, allocated once (sized by the page
+//! Per layer one pool `[page][K|V][heads][page_size][64]` bf16 (head-major: one head's slots of a
+//! page are contiguous, so an attention tile of one head is one contiguous read, and a TMA box
+//! one burst), allocated once (sized by the page
 //! table's `max_pages`). The page table of the current frame step lives in one small device buffer
 //! of u32, shared by all layers and refreshed by exactly one host-to-device copy per step:
 //!

@@ -597,7 +597,7 @@ pub fn qkv_split_norm_rope(
 /// straight into the pages (made by `DeviceKvCache::page_writer`, which checked the runs).
 #[derive(Debug, Clone, Copy)]
 pub struct PagedKvDest {
-    /// The layer's pool `[page][K|V][page_size][heads][64]`.
+    /// The layer's pool `[page][K|V][heads][page_size][64]`.
     pub pool: u64,
     /// The step's write runs `[src_token, page, slot, len]` and their count (device memory).
     pub runs: u64,

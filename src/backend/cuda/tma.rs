@@ -24,10 +24,11 @@ impl KvTensorMap {
         Self(CUtensorMap { opaque: [0; 16] })
     }
 
-    /// The pool `[pages][K|V][page_size][heads][64]` bf16 at `addr` (`elems` elements) as the
-    /// 4-D tensor {64, heads, page_size, 2 x pages} (plane 2p is page p's K, 2p + 1 its V), read
-    /// in boxes of {64, 1, `rows`, 1} with the 128-byte swizzle the kernels' shared-memory tiles
-    /// use. Slots past `page_size` read as zeros.
+    /// The pool `[pages][K|V][heads][page_size][64]` bf16 at `addr` (`elems` elements) as the
+    /// 4-D tensor {64, page_size, heads, 2 x pages} (plane 2p is page p's K, 2p + 1 its V), read
+    /// in boxes of {64, `rows`, 1, 1} (one head's consecutive slots: a contiguous read) with the
+    /// 128-byte swizzle the kernels' shared-memory tiles use. Slots past `page_size` read as
+    /// zeros.
     pub fn paged_pool(
         addr: u64,
         elems: usize,
@@ -50,17 +51,17 @@ impl KvTensorMap {
         }
         let dims: [u64; 4] = [
             HEAD_DIM as u64,
-            heads as u64,
             page_size as u64,
+            heads as u64,
             (elems / plane) as u64,
         ];
         // Byte strides of dimensions 1.. (dimension 0 is contiguous).
         let strides: [u64; 3] = [
             (HEAD_DIM * 2) as u64,
-            (heads * HEAD_DIM * 2) as u64,
+            (page_size * HEAD_DIM * 2) as u64,
             (plane * 2) as u64,
         ];
-        let boxes: [u32; 4] = [HEAD_DIM as u32, 1, rows as u32, 1];
+        let boxes: [u32; 4] = [HEAD_DIM as u32, rows as u32, 1, 1];
         let element_strides: [u32; 4] = [1; 4];
         let mut map = CUtensorMap { opaque: [0; 16] };
         // SAFETY: every pointer refers to a live local array of the rank's length; the driver

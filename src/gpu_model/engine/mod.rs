@@ -31,7 +31,8 @@ use crate::model::pose::{Camera, decode_pose};
 use super::camera_head::GpuCameraHead;
 use super::dpt_head::GpuDptHead;
 use super::transformer::{
-    Attend, AttentionSetup, BlockScratch, Chain, DenseScratch, GeluMode, block_forward,
+    Attend, AttentionSetup, BlockScratch, Chain, DenseScratch, GeluMode, LOCAL_TABLE_WORDS,
+    block_forward, local_tables,
 };
 use super::unproject::PointCompactor;
 use super::weights::GpuAggregatorWeights;
@@ -350,11 +351,7 @@ impl GpuSession {
         let arena_bytes = arena.capacity_bytes();
 
         // Frame-local attention tables: frame f is page f of `tokens` slots.
-        let tables = |tokens: usize| -> Vec<u32> {
-            (0..shape.max_call)
-                .flat_map(|f| [1, f as u32, 0, tokens as u32])
-                .collect()
-        };
+        let tables = |tokens: usize| local_tables(shape.max_call, tokens);
         upload_raw(&dev, &tables(shape.dino_tokens), bufs.dino_tables)?;
         upload_raw(&dev, &tables(shape.tokens), bufs.frame_tables)?;
 
@@ -453,8 +450,8 @@ impl GpuSession {
                 .map(|_| arena.alloc(m * s.tokens * 2 * c))
                 .collect::<Result<_, _>>()?,
             scratch: BlockScratch::carve(&mut arena, tokens, c, s.hidden, s.heads)?,
-            dino_tables: arena.alloc(4 * m)?,
-            frame_tables: arena.alloc(4 * m)?,
+            dino_tables: arena.alloc(LOCAL_TABLE_WORDS * m)?,
+            frame_tables: arena.alloc(LOCAL_TABLE_WORDS * m)?,
             pose: arena.alloc(m * POSE_ENC_LEN)?,
             depth: arena.alloc(m * plane)?,
             conf: arena.alloc(m * plane)?,
