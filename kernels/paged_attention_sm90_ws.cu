@@ -99,9 +99,6 @@ typedef unsigned long long u64;
 //             of 103), and each tile's valid key count travels beside it in shared memory
 //             (read ws_tma_schedule and ws_producer_tma).
 #define WS_TMA 16
-//   WS_HALF   with WS_TAIL and WS_TMA: the tail CTA's three consumers share each tile, its two
-//             64-key halves going to two consumers in turn (read ws_tail_halves).
-#define WS_HALF 32
 // Bytes of the Q tile of NC consumers (the K/V ring and its barriers follow it).
 #define WS_Q_BYTES(NC) ((NC) * WS_WG_ROWS * HEAD_DIM * 2)
 // Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
@@ -233,23 +230,9 @@ __device__ __forceinline__ void wgmma_m64n192k16_ss(float* d, u64 desc_a, u64 de
 }
 
 // S tile of BN keys: m64n128k16 or m64n192k16.
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
 template <int BN>
 __device__ __forceinline__ void wgmma_s(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-    if constexpr (BN == 64) wgmma_m64n64k16_ss(d, desc_a, desc_b, scale_d);
-    else if constexpr (BN == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, scale_d);
+    if constexpr (BN == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, scale_d);
     else wgmma_m64n192k16_ss(d, desc_a, desc_b, scale_d);
 }
 
@@ -452,18 +435,15 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
         float mx = fmaxf(fmaxf(m8[0], m8[2]), fmaxf(m8[1], m8[3]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // A row that has seen no valid key yet (only the half tiles of WS_HALF can be wholly
-        // masked) keeps m = -inf; its exponentials are taken against 0 so that they give 0, not
-        // NaN, and its (empty) sum and O are scaled by 0.
+        // Every tile holds at least one valid key, so m_new is finite.
         const float m_new = fmaxf(row_max[hf], mx * scale_log2);
-        const float m_use = m_new == NEG_INF ? 0.f : m_new;
-        corr[hf] = fast_exp2(row_max[hf] - m_use);
+        corr[hf] = fast_exp2(row_max[hf] - m_new);
         row_max[hf] = m_new;
         float sum4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
-            const float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_use));
-            const float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_use));
+            const float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_new));
+            const float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new));
             s[j * 4 + hf * 2] = p0;
             s[j * 4 + hf * 2 + 1] = p1;
             sum4[j & 3] += p0 + p1;
@@ -494,123 +474,6 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
         p[kc][1] = pack_bf16x2(s[(2 * kc) * 4 + 2], s[(2 * kc) * 4 + 3]);
         p[kc][2] = pack_bf16x2(s[(2 * kc + 1) * 4 + 0], s[(2 * kc + 1) * 4 + 1]);
         p[kc][3] = pack_bf16x2(s[(2 * kc + 1) * 4 + 2], s[(2 * kc + 1) * 4 + 3]);
-    }
-}
-
-// ---- tail mode with shared tiles (WS_TAIL | WS_TMA | WS_HALF) --------------------------------
-// The tail CTA's three consumers hold the same 64 query rows. Half u (keys 64 (u & 1) .. + 63 of
-// tile u / 2) belongs to consumer u % 3, so a tile feeds two consumers and each consumer owns
-// four of the six ring stages' halves instead of two whole stages: twice the lookahead.
-// Consumer c's section j is global turn u = 3 j + c of the round robin: section 0 issues S(u);
-// section j >= 1 issues P V of its previous half (u - 3) and then S(u), releases u - 3's tile
-// once that P V completed, and does the softmax of S(u); a last section issues P V of its last
-// half and releases that tile. Every half gets its turn and products, a wholly masked one (a
-// tile with at most 64 valid keys) included: its P is 0 (ws_softmax_exp guards a row with no key
-// yet). Each tile is released once per half, by two consumers (`empty` counts 256), so each of
-// its phases completes once. The protocol is the one of scripts/ws_tail_protocol_model.py with
-// every half live (random schedules: no deadlock, no read of an unannounced or overwritten stage,
-// no parity aliasing). Writes the consumer's partial as split c.
-template <bool PINGPONG, int NC>
-__device__ __forceinline__ void ws_tail_halves(float* o_acc, float* row_max, float* row_sum,
-    u32 sq_wg, u32 skv0, u32 bar_full, u32 bar_empty, const volatile u32* tile_valid, u32 c, u32 lane,
-    u32 n_tiles, float scale_log2) {
-    using R = Ws<128>;
-    constexpr u32 HB = 64;                         // keys per half tile
-    constexpr u32 HALF_BYTES = HB * HEAD_DIM * 2;  // 8 KB: a multiple of the 1 KB swizzle atom
-    const u32 n_halves = 2 * n_tiles;
-    const u32 mine = n_halves > c ? (n_halves - c + NC - 1) / NC : 0;
-    const u32 turns = n_tiles > 0 ? (n_halves + NC - 1) / NC + 1 : 0;
-    const u32 my_turn = 1 + c;
-    const u32 other_turn = 1 + (c + 1) % NC;
-    // Valid keys of half u (its tile's count, read after the tile's `full` wait).
-    auto half_valid = [&](u32 u) -> u32 {
-        const u32 v = tile_valid[(u >> 1) % R::STAGES];
-        const u32 lo = (u & 1) * HB;
-        return v > lo ? (v - lo < HB ? v - lo : HB) : 0u;
-    };
-    if (PINGPONG && c == NC - 1 && turns > 0) named_arrive(other_turn, 256);
-
-    if (mine > 0) {
-        float s[HB / 2];
-        u32 p[HB / 16][4];
-        float corr[2];
-#pragma unroll
-        for (int i = 0; i < HB / 2; ++i) s[i] = 0.f;
-        // Section 0: S(c) only (tile c / 2 <= 1 < STAGES: the slot's first phase).
-        {
-            const u32 t = c >> 1;
-            mbar_wait(bar_full + t * 8, 0);
-            if (PINGPONG) named_sync(my_turn, 256);
-            const u32 sk = skv0 + t * R::STAGE_BYTES + (c & 1) * HALF_BYTES;
-            wgmma_fence();
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-                wgmma_s<HB>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
-            wgmma_commit();
-            if (PINGPONG) named_arrive(other_turn, 256);
-            wgmma_wait<0>();
-            fence_regs<HB / 2>(s);
-            ws_softmax_exp<HB>(s, row_max, row_sum, corr, lane, 0, half_valid(c), scale_log2);
-            ws_rescale_pack<HB>(s, o_acc, p, corr);
-        }
-        for (u32 j = 1; j < mine; ++j) {
-            const u32 u = NC * j + c;
-            const u32 t = u >> 1;
-            const u32 stage = t % R::STAGES;
-            const u32 pu = u - NC;
-            const u32 pstage = (pu >> 1) % R::STAGES;
-            const u32 sk = skv0 + stage * R::STAGE_BYTES + (u & 1) * HALF_BYTES;
-            const u32 sv_prev = skv0 + pstage * R::STAGE_BYTES + R::TILE_BYTES + (pu & 1) * HALF_BYTES;
-            mbar_wait(bar_full + stage * 8, (t / R::STAGES) & 1);
-            const u32 valid = half_valid(u);
-            if (PINGPONG) named_sync(my_turn, 256);
-            fence_regs<HB / 2>(s);
-            fence_regs<32>(o_acc);
-            fence_frag<HB / 16>(p);
-            wgmma_fence();
-#pragma unroll
-            for (int kc = 0; kc < HB / 16; ++kc)
-                wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
-            wgmma_commit();
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-                wgmma_s<HB>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
-            wgmma_commit();
-            if (PINGPONG) named_arrive(other_turn, 256);
-            wgmma_wait<1>();  // P V done (groups complete in order); S(u) may still run
-            fence_regs<32>(o_acc);
-            fence_frag<HB / 16>(p);
-            mbar_arrive(bar_empty + pstage * 8);
-            wgmma_wait<0>();
-            fence_regs<HB / 2>(s);
-            ws_softmax_exp<HB>(s, row_max, row_sum, corr, lane, 0, valid, scale_log2);
-            ws_rescale_pack<HB>(s, o_acc, p, corr);
-        }
-        // Last section (turn 3 mine + c): P V of the last half; release its tile.
-        {
-            const u32 lu = NC * (mine - 1) + c;
-            const u32 lstage = (lu >> 1) % R::STAGES;
-            const u32 sv_last = skv0 + lstage * R::STAGE_BYTES + R::TILE_BYTES + (lu & 1) * HALF_BYTES;
-            if (PINGPONG) named_sync(my_turn, 256);
-            fence_regs<32>(o_acc);
-            fence_frag<HB / 16>(p);
-            wgmma_fence();
-#pragma unroll
-            for (int kc = 0; kc < HB / 16; ++kc)
-                wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
-            wgmma_commit();
-            // The very last turn (the last consumer's) arrives nowhere.
-            if (PINGPONG && (c != NC - 1 || mine + 1 < turns)) named_arrive(other_turn, 256);
-            wgmma_wait<0>();
-            fence_regs<32>(o_acc);
-            fence_frag<HB / 16>(p);
-            mbar_arrive(bar_empty + lstage * 8);
-        }
-    }
-    // Protocol-only turns: no products, no full/empty traffic.
-    for (u32 k = mine > 0 ? mine + 1 : 0; k < turns; ++k) {
-        if (PINGPONG) named_sync(my_turn, 256);
-        if (PINGPONG && (k + 1 < turns || c != NC - 1)) named_arrive(other_turn, 256);
     }
 }
 
@@ -698,150 +561,139 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     // later, and e + 6 <= i < kv_tiles. The named barriers count exactly as before (each turn
     // is one sync of its owner and one arrive of the previous owner; every consumer takes
     // `turns` turns; the last turn overall arrives nowhere).
-    // Tail mode with shared tiles: sections of its own (read ws_tail_halves); the rest below.
-    bool halves = false;
-    if constexpr ((FLAGS & WS_HALF) != 0) {
-        if (tail) {
-            ws_tail_halves<PINGPONG, NC>(o_acc, row_max, row_sum, sq_wg, skv0, bar_full, bar_empty,
-                tile_valid, c, lane, n_tiles, scale_log2);
-            halves = true;
+    if (tail && PINGPONG && c == NC - 1 && turns > 0) named_arrive(other_turn, 256);
+
+    // (Never in tail mode: every consumer has the tile's rows.)
+    if (n_tiles > 0 && !active) {
+        // Same barrier protocol as below (n_tiles + 1 turns; tiles released one section late),
+        // no products: a path of its own so that the working path's wgmma stay unconditional.
+        if (PINGPONG && c == NC - 1) named_arrive(other_turn, 256);
+        for (u32 j = 0; j <= n_tiles; ++j) {
+            if (j < n_tiles) mbar_wait(bar_full + (j % Ws<BN>::STAGES) * 8, (j / Ws<BN>::STAGES) & 1);
+            if (PINGPONG) named_sync(my_turn, 256);
+            if (PINGPONG && (j < n_tiles || c != NC - 1)) named_arrive(other_turn, 256);
+            if (j >= 1 && j < n_tiles) mbar_arrive(bar_empty + ((j - 1) % Ws<BN>::STAGES) * 8);
         }
-    }
-    if (!halves) {
-        if (tail && PINGPONG && c == NC - 1 && turns > 0) named_arrive(other_turn, 256);
+    } else if (my_tiles > 0) {
+        if (PINGPONG && c == NC - 1 && !tail) named_arrive(other_turn, 256);
+        float corr[2];
 
-        // (Never in tail mode: every consumer has the tile's rows.)
-        if (n_tiles > 0 && !active) {
-            // Same barrier protocol as below (n_tiles + 1 turns; tiles released one section late),
-            // no products: a path of its own so that the working path's wgmma stay unconditional.
-            if (PINGPONG && c == NC - 1) named_arrive(other_turn, 256);
-            for (u32 j = 0; j <= n_tiles; ++j) {
-                if (j < n_tiles) mbar_wait(bar_full + (j % Ws<BN>::STAGES) * 8, (j / Ws<BN>::STAGES) & 1);
-                if (PINGPONG) named_sync(my_turn, 256);
-                if (PINGPONG && (j < n_tiles || c != NC - 1)) named_arrive(other_turn, 256);
-                if (j >= 1 && j < n_tiles) mbar_arrive(bar_empty + ((j - 1) % Ws<BN>::STAGES) * 8);
-            }
-        } else if (my_tiles > 0) {
-            if (PINGPONG && c == NC - 1 && !tail) named_arrive(other_turn, 256);
-            float corr[2];
+        // Section 0: S(0) only (entry e_add < STAGES: the slot's first phase).
+        const u32 first = e_add % Ws<BN>::STAGES;
+        mbar_wait(bar_full + first * 8, 0);
+        if ((FLAGS & WS_NOINC) || ((FLAGS & WS_TAIL) && tail)) fence_proxy_async();
+        if (PINGPONG) named_sync(my_turn, 256);
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc)
+            wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32),
+                smem_desc(skv0 + first * Ws<BN>::STAGE_BYTES + kc * 32), kc);
+        wgmma_commit();
+        if (PINGPONG) named_arrive(other_turn, 256);
+        wgmma_wait<0>();
+        fence_regs<BN / 2>(s);
+        ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0_of(e_add), end_of(first), scale_log2);
+        ws_rescale_pack<BN>(s, o_acc, p, corr);
 
-            // Section 0: S(0) only (entry e_add < STAGES: the slot's first phase).
-            const u32 first = e_add % Ws<BN>::STAGES;
-            mbar_wait(bar_full + first * 8, 0);
+        // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
+        // tile j-1. OVERLAP: the exponentials of S(j) run while P(j-1) V(j-1) is still on the
+        // tensor cores (they only touch s); O and P wait for it.
+        for (u32 j = 1; j < my_tiles; ++j) {
+            const u32 e = j * e_mul + e_add;  // ring entry and key tile
+            const u32 stage = e % Ws<BN>::STAGES;
+            const u32 prev = (e - e_mul) % Ws<BN>::STAGES;
+            const u32 sk = skv0 + stage * Ws<BN>::STAGE_BYTES;
+            const u32 sv_prev = skv0 + prev * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
+            mbar_wait(bar_full + stage * 8, (e / Ws<BN>::STAGES) & 1);
             if ((FLAGS & WS_NOINC) || ((FLAGS & WS_TAIL) && tail)) fence_proxy_async();
             if (PINGPONG) named_sync(my_turn, 256);
+            if constexpr ((FLAGS & WS_TAIL) != 0) {
+                if (tail) {
+                    fence_regs<BN / 2>(s);
+                    fence_regs<32>(o_acc);
+                    fence_frag<BN / 16>(p);
+                    wgmma_fence();
+                    // Tail mode: P(j-1) V(j-1) first, then S(j); the previous tile is released as
+                    // soon as its product completed (groups complete in order), before S(j) and
+                    // the softmax, so that the producer refills its stage one whole step before
+                    // this consumer needs it (read the ring note above).
+#pragma unroll
+                    for (int kc = 0; kc < BN / 16; ++kc)
+                        wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
+                    wgmma_commit();
+#pragma unroll
+                    for (int kc = 0; kc < 4; ++kc)
+                        wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
+                    wgmma_commit();
+                    if (PINGPONG) named_arrive(other_turn, 256);
+                    wgmma_wait<1>();
+                    fence_regs<32>(o_acc);
+                    fence_frag<BN / 16>(p);
+                    mbar_arrive(bar_empty + prev * 8);
+                    wgmma_wait<0>();
+                    fence_regs<BN / 2>(s);
+                    ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0_of(e), end_of(stage), scale_log2);
+                    ws_rescale_pack<BN>(s, o_acc, p, corr);
+                    continue;
+                }
+            }
+            fence_regs<BN / 2>(s);
+            fence_regs<32>(o_acc);
+            fence_frag<BN / 16>(p);
             wgmma_fence();
-    #pragma unroll
+#pragma unroll
             for (int kc = 0; kc < 4; ++kc)
-                wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32),
-                    smem_desc(skv0 + first * Ws<BN>::STAGE_BYTES + kc * 32), kc);
+                wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
+            wgmma_commit();
+#pragma unroll
+            for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
             wgmma_commit();
             if (PINGPONG) named_arrive(other_turn, 256);
-            wgmma_wait<0>();
-            fence_regs<BN / 2>(s);
-            ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0_of(e_add), end_of(first), scale_log2);
-            ws_rescale_pack<BN>(s, o_acc, p, corr);
-
-            // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
-            // tile j-1. OVERLAP: the exponentials of S(j) run while P(j-1) V(j-1) is still on the
-            // tensor cores (they only touch s); O and P wait for it.
-            for (u32 j = 1; j < my_tiles; ++j) {
-                const u32 e = j * e_mul + e_add;  // ring entry and key tile
-                const u32 stage = e % Ws<BN>::STAGES;
-                const u32 prev = (e - e_mul) % Ws<BN>::STAGES;
-                const u32 sk = skv0 + stage * Ws<BN>::STAGE_BYTES;
-                const u32 sv_prev = skv0 + prev * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
-                mbar_wait(bar_full + stage * 8, (e / Ws<BN>::STAGES) & 1);
-                if ((FLAGS & WS_NOINC) || ((FLAGS & WS_TAIL) && tail)) fence_proxy_async();
-                if (PINGPONG) named_sync(my_turn, 256);
-                if constexpr ((FLAGS & WS_TAIL) != 0) {
-                    if (tail) {
-                        fence_regs<BN / 2>(s);
-                        fence_regs<32>(o_acc);
-                        fence_frag<BN / 16>(p);
-                        wgmma_fence();
-                        // Tail mode: P(j-1) V(j-1) first, then S(j); the previous tile is released as
-                        // soon as its product completed (groups complete in order), before S(j) and
-                        // the softmax, so that the producer refills its stage one whole step before
-                        // this consumer needs it (read the ring note above).
-    #pragma unroll
-                        for (int kc = 0; kc < BN / 16; ++kc)
-                            wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
-                        wgmma_commit();
-    #pragma unroll
-                        for (int kc = 0; kc < 4; ++kc)
-                            wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
-                        wgmma_commit();
-                        if (PINGPONG) named_arrive(other_turn, 256);
-                        wgmma_wait<1>();
-                        fence_regs<32>(o_acc);
-                        fence_frag<BN / 16>(p);
-                        mbar_arrive(bar_empty + prev * 8);
-                        wgmma_wait<0>();
-                        fence_regs<BN / 2>(s);
-                        ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0_of(e), end_of(stage), scale_log2);
-                        ws_rescale_pack<BN>(s, o_acc, p, corr);
-                        continue;
-                    }
-                }
+            const u32 t0 = t0_of(e);
+            const u32 t_end = end_of(stage);
+            if (OVERLAP) {
+                wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
                 fence_regs<BN / 2>(s);
-                fence_regs<32>(o_acc);
-                fence_frag<BN / 16>(p);
-                wgmma_fence();
-    #pragma unroll
-                for (int kc = 0; kc < 4; ++kc)
-                    wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
-                wgmma_commit();
-    #pragma unroll
-                for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
-                wgmma_commit();
-                if (PINGPONG) named_arrive(other_turn, 256);
-                const u32 t0 = t0_of(e);
-                const u32 t_end = end_of(stage);
-                if (OVERLAP) {
-                    wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
-                    fence_regs<BN / 2>(s);
-                    ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, t_end, scale_log2);
-                    wgmma_wait<0>();
-                    fence_regs<32>(o_acc);
-                    fence_frag<BN / 16>(p);
-                    mbar_arrive(bar_empty + prev * 8);
-                } else {
-                    wgmma_wait<0>();
-                    fence_regs<BN / 2>(s);
-                    fence_regs<32>(o_acc);
-                    fence_frag<BN / 16>(p);
-                    mbar_arrive(bar_empty + prev * 8);
-                    ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, t_end, scale_log2);
-                }
-                ws_rescale_pack<BN>(s, o_acc, p, corr);
-            }
-
-            // Last section: O += P(n-1) V(n-1).
-            {
-                const u32 last = ((my_tiles - 1) * e_mul + e_add) % Ws<BN>::STAGES;
-                const u32 sv_last = skv0 + last * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
-                if (PINGPONG) named_sync(my_turn, 256);
-                fence_regs<32>(o_acc);
-                fence_frag<BN / 16>(p);
-                wgmma_fence();
-    #pragma unroll
-                for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
-                wgmma_commit();
-                // The very last turn (the last consumer's) arrives nowhere; in tail mode the last
-                // consumer may still have padding turns after this section.
-                if (PINGPONG && (c != NC - 1 || (tail && my_tiles + 1 < turns))) named_arrive(other_turn, 256);
+                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, t_end, scale_log2);
                 wgmma_wait<0>();
                 fence_regs<32>(o_acc);
                 fence_frag<BN / 16>(p);
+                mbar_arrive(bar_empty + prev * 8);
+            } else {
+                wgmma_wait<0>();
+                fence_regs<BN / 2>(s);
+                fence_regs<32>(o_acc);
+                fence_frag<BN / 16>(p);
+                mbar_arrive(bar_empty + prev * 8);
+                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, t_end, scale_log2);
             }
+            ws_rescale_pack<BN>(s, o_acc, p, corr);
         }
-        if (tail) {
-            // Protocol-only turns: no products, no full/empty traffic.
-            for (u32 k = my_tiles > 0 ? my_tiles + 1 : 0; k < turns; ++k) {
-                if (PINGPONG) named_sync(my_turn, 256);
-                if (PINGPONG && (k + 1 < turns || c != NC - 1)) named_arrive(other_turn, 256);
-            }
+
+        // Last section: O += P(n-1) V(n-1).
+        {
+            const u32 last = ((my_tiles - 1) * e_mul + e_add) % Ws<BN>::STAGES;
+            const u32 sv_last = skv0 + last * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
+            if (PINGPONG) named_sync(my_turn, 256);
+            fence_regs<32>(o_acc);
+            fence_frag<BN / 16>(p);
+            wgmma_fence();
+#pragma unroll
+            for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
+            wgmma_commit();
+            // The very last turn (the last consumer's) arrives nowhere; in tail mode the last
+            // consumer may still have padding turns after this section.
+            if (PINGPONG && (c != NC - 1 || (tail && my_tiles + 1 < turns))) named_arrive(other_turn, 256);
+            wgmma_wait<0>();
+            fence_regs<32>(o_acc);
+            fence_frag<BN / 16>(p);
+        }
+    }
+    if (tail) {
+        // Protocol-only turns: no products, no full/empty traffic.
+        for (u32 k = my_tiles > 0 ? my_tiles + 1 : 0; k < turns; ++k) {
+            if (PINGPONG) named_sync(my_turn, 256);
+            if (PINGPONG && (k + 1 < turns || c != NC - 1)) named_arrive(other_turn, 256);
         }
     }
 
@@ -967,8 +819,7 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
             // every producer thread arrives; TMA: the one issuing thread, plus the bytes
             mbar_init(bar_full + s * 8, (FLAGS & WS_TMA) ? 1 : 128);
             // every consumer thread arrives; tail mode: one consumer per ring entry
-            // (shared tiles, WS_HALF: the two consumers of the tile's halves)
-            mbar_init(bar_empty + s * 8, tail ? ((FLAGS & WS_HALF) ? 256 : 128) : NC * 128);
+            mbar_init(bar_empty + s * 8, tail ? 128 : NC * 128);
         }
     }
     __syncthreads();  // the only CTA-wide barrier: the roles never meet again
@@ -1053,8 +904,6 @@ WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t, 128, true, true, WS_REGS | WS_TAI
 WS_ENTRY(paged_attention_fwd_sm90_ws_n192_tma, 192, true, true, WS_REGS | WS_TMA, 1)
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192_tma, 128, true, true, WS_REGS | WS_TMA, 2, 3)
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t_tma, 128, true, true, WS_REGS | WS_TAIL | WS_TMA, 2, 3)
-// ... with the tail CTA's consumers sharing each tile as two 64-key halves (read ws_tail_halves).
-WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192h_tma, 128, true, true, WS_REGS | WS_TAIL | WS_TMA | WS_HALF, 2, 3)
 // Diagnostics (wrong results): ws_m192 and ws_m192t without copies, their consumers' time alone.
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192_nocopy, 128, true, true, WS_REGS | WS_NOINC | WS_NOCOPY, 2, 3)
 WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t_nocopy, 128, true, true, WS_REGS | WS_TAIL | WS_NOCOPY, 2, 3)

@@ -370,7 +370,6 @@ fn m192_tail_split_matches_reference() {
     let kernels: Vec<AttentionKernel> = [
         AttentionKernel::WgmmaWsM192Tail,
         AttentionKernel::WgmmaWsM192TailTma,
-        AttentionKernel::WgmmaWsM192HalfTma,
     ]
     .into_iter()
     .filter(|k| AttentionKernel::available(&dev).contains(k))

@@ -663,9 +663,8 @@ fn parse_kernel_name(name: &str) -> anyhow::Result<AttentionKernel> {
         "ws-n192-tma" => AttentionKernel::WgmmaWsN192Tma,
         "ws-m192-tma" => AttentionKernel::WgmmaWsM192Tma,
         "ws-m192t-tma" => AttentionKernel::WgmmaWsM192TailTma,
-        "ws-m192h-tma" => AttentionKernel::WgmmaWsM192HalfTma,
         other => bail!(
-            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192, ws-m192t, ws-n192-tma, ws-m192-tma, ws-m192t-tma, ws-m192h-tma)"
+            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192, ws-m192t, ws-n192-tma, ws-m192-tma, ws-m192t-tma)"
         ),
     })
 }

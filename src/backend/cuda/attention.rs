@@ -71,9 +71,6 @@ pub enum AttentionKernel {
     /// times a normal CTA's tiles per second, which the cp.async gather could not deliver (its
     /// consumers alone run 0.618 ms at 72/72).
     WgmmaWsM192TailTma,
-    /// [`Self::WgmmaWsM192TailTma`] with the tail CTA's consumers sharing each tile as two 64-key
-    /// halves (each consumer then owns four stages' halves of the ring, not two whole stages).
-    WgmmaWsM192HalfTma,
     /// Diagnostic, wrong results: [`Self::WgmmaWsM192`] with no copies (its consumers' time).
     WgmmaWsM192Nocopy,
     /// Diagnostic, wrong results: [`Self::WgmmaWsM192Tail`] with no copies.
@@ -81,7 +78,7 @@ pub enum AttentionKernel {
 }
 
 impl AttentionKernel {
-    const ALL: [Self; 19] = [
+    const ALL: [Self; 18] = [
         Self::MmaSync,
         Self::WgmmaWide,
         Self::WgmmaWs,
@@ -98,7 +95,6 @@ impl AttentionKernel {
         Self::WgmmaWsN192Tma,
         Self::WgmmaWsM192Tma,
         Self::WgmmaWsM192TailTma,
-        Self::WgmmaWsM192HalfTma,
         Self::WgmmaWsM192Nocopy,
         Self::WgmmaWsM192TailNocopy,
     ];
@@ -133,7 +129,6 @@ impl AttentionKernel {
             Self::WgmmaWsN192Tma => "paged_attention_fwd_sm90_ws_n192_tma",
             Self::WgmmaWsM192Tma => "paged_attention_fwd_sm90_ws_m192_tma",
             Self::WgmmaWsM192TailTma => "paged_attention_fwd_sm90_ws_m192t_tma",
-            Self::WgmmaWsM192HalfTma => "paged_attention_fwd_sm90_ws_m192h_tma",
             Self::WgmmaWsM192Nocopy => "paged_attention_fwd_sm90_ws_m192_nocopy",
             Self::WgmmaWsM192TailNocopy => "paged_attention_fwd_sm90_ws_m192t_nocopy",
         }
@@ -146,7 +141,6 @@ impl AttentionKernel {
             | Self::WgmmaWsM192Tail
             | Self::WgmmaWsM192Tma
             | Self::WgmmaWsM192TailTma
-            | Self::WgmmaWsM192HalfTma
             | Self::WgmmaWsM192Nocopy
             | Self::WgmmaWsM192TailNocopy => 192,
             _ => 128,
@@ -161,7 +155,6 @@ impl AttentionKernel {
             | Self::WgmmaWsM192Tail
             | Self::WgmmaWsM192Tma
             | Self::WgmmaWsM192TailTma
-            | Self::WgmmaWsM192HalfTma
             | Self::WgmmaWsM192Nocopy
             | Self::WgmmaWsM192TailNocopy => 512,
             _ => 384,
@@ -173,10 +166,9 @@ impl AttentionKernel {
     /// [`Self::WgmmaWsM192Tail`], whose tail tile writes one split per consumer.
     pub fn forced_splits(self) -> Option<usize> {
         match self {
-            Self::WgmmaWsM192Tail
-            | Self::WgmmaWsM192TailTma
-            | Self::WgmmaWsM192HalfTma
-            | Self::WgmmaWsM192TailNocopy => Some(3),
+            Self::WgmmaWsM192Tail | Self::WgmmaWsM192TailTma | Self::WgmmaWsM192TailNocopy => {
+                Some(3)
+            }
             _ => None,
         }
     }
@@ -185,7 +177,7 @@ impl AttentionKernel {
     fn tma_rows(self) -> Option<usize> {
         match self {
             Self::WgmmaWsN192Tma => Some(192),
-            Self::WgmmaWsM192Tma | Self::WgmmaWsM192TailTma | Self::WgmmaWsM192HalfTma => Some(128),
+            Self::WgmmaWsM192Tma | Self::WgmmaWsM192TailTma => Some(128),
             _ => None,
         }
     }

@@ -141,7 +141,6 @@ pub const SOURCES: &[KernelSource] = &[
             "paged_attention_fwd_sm90_ws_n192_tma",
             "paged_attention_fwd_sm90_ws_m192_tma",
             "paged_attention_fwd_sm90_ws_m192t_tma",
-            "paged_attention_fwd_sm90_ws_m192h_tma",
             "paged_attention_fwd_sm90_ws_m192_nocopy",
             "paged_attention_fwd_sm90_ws_m192t_nocopy",
         ],
