@@ -67,8 +67,8 @@
 // 0.872 to 0.702 ms (72/10000: 1.609 to 1.268) but only ties ws_n192 (0.687 / 1.265 in the same
 // run); ws_m192 lost with it (0.748 against 0.709) and so did ws_n192 (0.711: a 999-key page is
 // five 192-key tiles and one of 39). With the pool head-major (each box one contiguous read)
-// ws_m192t_tma ran 0.695 and the default 0.686: the tail CTA's remaining wait is lookahead (each
-// tail consumer owns two of the six stages and holds both most of the time), not the gather.
+// ws_m192t_tma ran 0.685-0.702 and the default 0.686-0.703 (a tie). Sharing each tile between
+// two tail consumers as 64-key halves (twice the ring lookahead per consumer) ran 0.748: removed.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
