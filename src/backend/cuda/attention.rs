@@ -69,7 +69,9 @@ pub enum AttentionKernel {
     WgmmaWsM192Tma,
     /// [`Self::WgmmaWsM192Tail`] with the TMA producer: the tail CTA's three consumers need three
     /// times a normal CTA's tiles per second, which the cp.async gather could not deliver (its
-    /// consumers alone run 0.618 ms at 72/72).
+    /// consumers alone run 0.615-0.629 ms at 72/72). H200, 72/72: 0.685-0.702 ms against the
+    /// default's 0.686-0.703 in the same runs (a tie); in the whole model 0.3 ms per frame
+    /// slower. Not a default.
     WgmmaWsM192TailTma,
     /// Diagnostic, wrong results: [`Self::WgmmaWsM192`] with no copies (its consumers' time).
     WgmmaWsM192Nocopy,
@@ -418,7 +420,7 @@ pub fn cache_attention(
 }
 
 /// The dense baseline: at every call the visible keys are concatenated into one contiguous
-/// `[K|V][kv_len][heads][64]` buffer (one gather kernel, like `torch.cat` of the per-frame
+/// `[K|V][heads][kv_len][64]` buffer (one gather kernel, like `torch.cat` of the per-frame
 /// tensors), then attended as a single page.
 pub struct DenseBaseline {
     /// `[K|V][heads][capacity][64]`: the contiguous buffer as one page of `capacity` slots.

@@ -426,7 +426,7 @@ impl DeviceKvCache {
     }
 
     /// The dense baseline in graph-capturable form: copies `layer`'s visible keys, in attention
-    /// order, into `dense` (`[K|V][capacity][heads][64]`) and writes the one-page table `[1, 0, 0,
+    /// order, into `dense` (`[K|V][heads][capacity][64]`) and writes the one-page table `[1, 0, 0,
     /// kv_len]` into `dense_table`. Returns the keys to attend to.
     pub fn gather_dense_raw(
         &self,
