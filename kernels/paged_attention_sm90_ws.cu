@@ -342,11 +342,15 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TmaDesc* map, int c0,
 struct TmaSpan {
     u32 n_tiles, page, offset;
 };
+// Valid keys of visible page p, and the page-aligned tiles of BN keys they fill.
+__device__ __forceinline__ u32 page_len(const u32* __restrict__ cum, u32 p) { return __ldg(cum + p + 1) - __ldg(cum + p); }
+template <int BN>
+__device__ __forceinline__ u32 page_tiles(const u32* __restrict__ cum, u32 p) { return (page_len(cum, p) + BN - 1) / BN; }
 template <int BN>
 __device__ __forceinline__ TmaSpan ws_tma_schedule(const u32* __restrict__ cum, u32 n_pages, u32 split,
     u32 splits, bool all, u32 lane) {
     u32 total = 0;
-    for (u32 p = lane; p < n_pages; p += 32) total += (__ldg(cum + p + 1) - __ldg(cum + p) + BN - 1) / BN;
+    for (u32 p = lane; p < n_pages; p += 32) total += page_tiles<BN>(cum, p);
     total = __reduce_add_sync(0xffffffffu, total);
     const u32 per_split = (total + splits - 1) / splits;
     const u32 begin = all ? 0 : split * per_split;
@@ -358,7 +362,7 @@ __device__ __forceinline__ TmaSpan ws_tma_schedule(const u32* __restrict__ cum, 
     u32 base = 0;
     for (u32 p0 = 0; p0 < n_pages; p0 += 32) {
         const u32 p = p0 + lane;
-        const u32 t = p < n_pages ? (__ldg(cum + p + 1) - __ldg(cum + p) + BN - 1) / BN : 0;
+        const u32 t = p < n_pages ? page_tiles<BN>(cum, p) : 0;
         u32 incl = t;
 #pragma unroll
         for (u32 d = 1; d < 32; d <<= 1) {
@@ -384,7 +388,7 @@ __device__ __forceinline__ void ws_producer_tma(const TmaDesc* map, u32 skv0, u3
     volatile u32* tile_valid, const u32* __restrict__ indices, const u32* __restrict__ cum, TmaSpan span,
     u32 h) {
     u32 p = span.page, offset = span.offset;
-    u32 len = __ldg(cum + p + 1) - __ldg(cum + p);
+    u32 len = page_len(cum, p);
     for (u32 j = 0; j < span.n_tiles; ++j) {
         const u32 stage = j % Ws<BN>::STAGES;
         mbar_wait(bar_empty + stage * 8, ((j / Ws<BN>::STAGES) & 1) ^ 1);
@@ -400,7 +404,7 @@ __device__ __forceinline__ void ws_producer_tma(const TmaDesc* map, u32 skv0, u3
         while (offset >= len && j + 1 < span.n_tiles) {
             ++p;
             offset = 0;
-            len = __ldg(cum + p + 1) - __ldg(cum + p);
+            len = page_len(cum, p);
         }
     }
 }

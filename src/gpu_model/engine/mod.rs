@@ -351,9 +351,13 @@ impl GpuSession {
         let arena_bytes = arena.capacity_bytes();
 
         // Frame-local attention tables: frame f is page f of `tokens` slots.
-        let tables = |tokens: usize| local_tables(shape.max_call, tokens);
-        upload_raw(&dev, &tables(shape.dino_tokens), bufs.dino_tables)?;
-        upload_raw(&dev, &tables(shape.tokens), bufs.frame_tables)?;
+        let dino_tables = local_tables(shape.max_call, shape.dino_tokens);
+        upload_raw(&dev, &dino_tables, bufs.dino_tables)?;
+        upload_raw(
+            &dev,
+            &local_tables(shape.max_call, shape.tokens),
+            bufs.frame_tables,
+        )?;
 
         let kernel = sc.kernel.unwrap_or_else(|| AttentionKernel::best_for(&dev));
         let setup = AttentionSetup {
