@@ -11,6 +11,8 @@ source scripts/cuda-env.sh
 if [ -d ../shared/fixtures ]; then
   export STREAMRECON_REQUIRE_FIXTURES=1
 fi
+# A one-shot run gains nothing from incremental state, which would take gigabytes of disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked
