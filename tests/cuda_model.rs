@@ -6,6 +6,8 @@
 //!
 //! Fixtures: `$STREAMRECON_FIXTURES` (the gct-tiny folder), else `../shared/fixtures/gct-tiny`.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,20 +23,7 @@ use streamrecon::pipeline::frame::{PointFilter, filter_points};
 const TOLERANCE: f64 = 3e-2;
 
 fn fixture_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("STREAMRECON_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../shared/fixtures/gct-tiny"
-            ))
-        });
-    if dir.join("kf1/config.json").exists() {
-        Some(dir)
-    } else {
-        eprintln!("skipped: fixtures not found at {}", dir.display());
-        None
-    }
+    common::gct_tiny_fixtures("kf1/config.json")
 }
 
 /// Whether a GPU is here; says why not. Checked before building any model (the full-size one

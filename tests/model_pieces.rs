@@ -1,6 +1,8 @@
 //! Pieces of the model checked on their own: the DINO position table resize against the
 //! reference's, the streaming schedule against the fixtures', input validation.
 
+mod common;
+
 use std::path::PathBuf;
 
 use streamrecon::attention::AttentionLayout;
@@ -9,22 +11,7 @@ use streamrecon::model::weights::random::random_store;
 use streamrecon::model::{Call, GctModel, ModelConfig, streaming_schedule};
 
 fn fixture_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/gct-tiny"
-    ));
-    if dir.join("derived.safetensors").exists() {
-        Some(dir)
-    } else {
-        // A machine that must have them (CI) sets STREAMRECON_REQUIRE_FIXTURES: no silent skip.
-        assert!(
-            std::env::var_os("STREAMRECON_REQUIRE_FIXTURES").is_none(),
-            "fixtures required but missing: {}",
-            dir.display()
-        );
-        eprintln!("skipping: fixtures not found at {}", dir.display());
-        None
-    }
+    common::gct_tiny_fixtures("derived.safetensors")
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Parity of the CPU model against the reference's own outputs on the `gct-tiny` fixtures:
 //! both scenarios (keyframe interval 1 and 2), both weight files, both KV layouts.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -8,22 +10,7 @@ use streamrecon::attention::AttentionLayout;
 use streamrecon::cli::parity::{ParityReport, WeightsChoice, run_parity};
 
 fn fixture_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/gct-tiny"
-    ));
-    if dir.join("kf1/config.json").exists() {
-        Some(dir)
-    } else {
-        // A machine that must have them (CI) sets STREAMRECON_REQUIRE_FIXTURES: no silent skip.
-        assert!(
-            std::env::var_os("STREAMRECON_REQUIRE_FIXTURES").is_none(),
-            "fixtures required but missing: {}",
-            dir.display()
-        );
-        eprintln!("skipping: fixtures not found at {}", dir.display());
-        None
-    }
+    common::gct_tiny_fixtures("kf1/config.json")
 }
 
 fn check(scenario: &str, weights: &str, layout: AttentionLayout) -> Option<ParityReport> {

@@ -1,6 +1,8 @@
 //! Weight loading against the shared fixtures: the `.pt` reader (zip + pickle) and the
 //! safetensors reader must give identical tensors; broken files give errors naming the file.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use streamrecon::model::ModelError;
@@ -8,22 +10,7 @@ use streamrecon::model::config::ModelConfig;
 use streamrecon::model::weights::WeightStore;
 
 fn fixture_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/gct-tiny"
-    ));
-    if dir.join("weights.safetensors").exists() {
-        Some(dir)
-    } else {
-        // A machine that must have them (CI) sets STREAMRECON_REQUIRE_FIXTURES: no silent skip.
-        assert!(
-            std::env::var_os("STREAMRECON_REQUIRE_FIXTURES").is_none(),
-            "fixtures required but missing: {}",
-            dir.display()
-        );
-        eprintln!("skipping: fixtures not found at {}", dir.display());
-        None
-    }
+    common::gct_tiny_fixtures("weights.safetensors")
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! that speaks the few headers hf-hub needs), the offline message, seeded random weights, and
 //! `.pt` files holding bf16/fp16 and non-contiguous tensors.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -12,23 +14,7 @@ use streamrecon::model::weights::hub::{HubRequest, download};
 use streamrecon::model::weights::random::random_store;
 
 fn fixture(name: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/fixtures/gct-tiny"
-    ))
-    .join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        // A machine that must have them (CI) sets STREAMRECON_REQUIRE_FIXTURES: no silent skip.
-        assert!(
-            std::env::var_os("STREAMRECON_REQUIRE_FIXTURES").is_none(),
-            "fixtures required but missing: {}",
-            p.display()
-        );
-        eprintln!("skipping: fixture {} not found", p.display());
-        None
-    }
+    common::gct_tiny_fixtures(name).map(|dir| dir.join(name))
 }
 
 /// Answer one request: `Range: bytes=a-b` or `bytes=a-` of `body`, with hub headers.

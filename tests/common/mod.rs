@@ -1,0 +1,31 @@
+//! Helpers shared by the integration tests. Each test file is a crate of its own and takes this
+//! in with `mod common;`.
+
+use std::path::PathBuf;
+
+/// The gct-tiny parity fixtures, when `marker` (a file inside them) is present.
+///
+/// `STREAMRECON_FIXTURES` points elsewhere (the GPU machine gets them carried beside the binary).
+/// A machine that must have them (CI) sets `STREAMRECON_REQUIRE_FIXTURES`: a missing fixture
+/// there fails the test instead of skipping it silently.
+pub fn gct_tiny_fixtures(marker: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("STREAMRECON_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../shared/fixtures/gct-tiny"
+            ))
+        });
+    let wanted = dir.join(marker);
+    if wanted.exists() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var_os("STREAMRECON_REQUIRE_FIXTURES").is_none(),
+        "fixtures required but missing: {}",
+        wanted.display()
+    );
+    eprintln!("skipping: fixture {} not found", wanted.display());
+    None
+}
