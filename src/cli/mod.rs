@@ -10,6 +10,7 @@ pub mod model_source;
 pub mod parity;
 pub mod replay;
 pub mod run;
+pub mod stream_args;
 pub mod view;
 
 /// What a subcommand that a later piece of work fills in says, so it never pretends to work.

@@ -13,14 +13,14 @@ use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::model_source;
-use crate::attention::AttentionLayout;
+use super::stream_args::{CameraArgs, StreamArgs};
 use crate::capture::{
-    CameraRequest, CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene,
-    SyntheticSource, Webcam, list_cameras,
+    CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene, SyntheticSource, Webcam,
+    list_cameras,
 };
 use crate::pipeline::{
-    Control, Delivery, FrameModel, FrameResult, KeyframePolicy, KeyframeRule, KeyframeScheduler,
-    OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary, PointFilter,
+    Control, Delivery, FrameModel, FrameResult, KeyframeScheduler, Outputs, Pipeline,
+    PipelineConfig, PipelineEvent, PipelineSummary, PointFilter,
 };
 use crate::record::{Offer, Recorder, RecorderOptions};
 
@@ -52,34 +52,13 @@ pub struct RunArgs {
     /// Seeded random weights of a preset (`full` or `tiny`) instead of a file.
     #[arg(long, value_name = "PRESET")]
     pub random_weights: Option<String>,
-    /// KV layout of the global attention: paged or dense.
-    #[arg(long, default_value = "paged")]
-    pub attention: String,
-    /// Keyframe rule: `fixed:N`, `adaptive` or `adaptive:BASE`. Default: for a folder the
-    /// reference's ceil(N / budget), for a live input `adaptive`.
-    #[arg(long)]
-    pub keyframes: Option<String>,
-    /// Keyframe every N frames: the same as `--keyframes fixed:N` (the spelling `view` takes).
-    #[arg(long, value_name = "N", conflicts_with = "keyframes")]
-    pub keyframe_interval: Option<u64>,
-    /// Committed frames per session (capped by the model's RoPE table).
-    #[arg(long, default_value_t = crate::pipeline::keyframe::TRAINED_VIEWS)]
-    pub view_budget: u64,
-    /// When the budget is spent: `freeze` (track against the map) or `reset` (new session).
-    #[arg(long, default_value = "freeze")]
-    pub on_budget: String,
-    /// Sliding window of keyframes (default: the model config's).
-    #[arg(long)]
-    pub window: Option<usize>,
+    #[command(flatten)]
+    pub stream: StreamArgs,
     /// Stop after this many captured frames.
     #[arg(long)]
     pub max_frames: Option<u64>,
-    /// Camera resolution request, `WIDTHxHEIGHT`.
-    #[arg(long)]
-    pub resolution: Option<String>,
-    /// Camera frame-rate request.
-    #[arg(long)]
-    pub fps: Option<u32>,
+    #[command(flatten)]
+    pub camera: CameraArgs,
     /// A folder image that does not decode stops the run (default: skipped with a warning).
     #[arg(long)]
     pub strict: bool,
@@ -240,8 +219,8 @@ fn session_config(args: &RunArgs, input: &InputSpec, pipeline: &Pipeline) -> ser
         "weights": args.weights.as_ref().map(|p| p.display().to_string()),
         "model_config": args.model_config.as_ref().map(|p| p.display().to_string()),
         "random_weights": args.random_weights,
-        "attention": args.attention,
-        "window": args.window,
+        "attention": args.stream.attention,
+        "window": args.stream.window,
         "keyframes": format!("{:?}", pipeline.keyframe_policy()),
         "conf_threshold": args.conf_threshold,
         "point_stride": args.point_stride,
@@ -275,18 +254,7 @@ fn default_input() -> InputSpec {
 
 fn open_source(input: &InputSpec, args: &RunArgs) -> anyhow::Result<Box<dyn Source>> {
     Ok(match input {
-        InputSpec::Webcam(selector) => {
-            let resolution = args
-                .resolution
-                .as_deref()
-                .map(parse_resolution)
-                .transpose()?;
-            Box::new(Webcam::open(&CameraRequest {
-                selector: selector.clone(),
-                resolution,
-                fps: args.fps,
-            })?)
-        }
+        InputSpec::Webcam(selector) => Box::new(Webcam::open(&args.camera.request(selector)?)?),
         InputSpec::Synthetic => Box::new(SyntheticSource::new(SyntheticScene {
             frames: Some(args.synthetic_frames),
             ..SyntheticScene::default()
@@ -302,67 +270,13 @@ fn open_source(input: &InputSpec, args: &RunArgs) -> anyhow::Result<Box<dyn Sour
     })
 }
 
-fn parse_resolution(s: &str) -> anyhow::Result<(u32, u32)> {
-    let (w, h) = s
-        .split_once(['x', 'X'])
-        .with_context(|| format!("--resolution `{s}`: expected WIDTHxHEIGHT"))?;
-    let w = w
-        .trim()
-        .parse()
-        .with_context(|| format!("--resolution `{s}`: width"))?;
-    let h = h
-        .trim()
-        .parse()
-        .with_context(|| format!("--resolution `{s}`: height"))?;
-    Ok((w, h))
-}
-
 fn pipeline_config(args: &RunArgs) -> anyhow::Result<PipelineConfig> {
-    let layout: AttentionLayout = args.attention.parse()?;
-    let on_budget = match args.on_budget.as_str() {
-        "freeze" => OnBudget::Freeze,
-        "reset" => OnBudget::Reset,
-        other => bail!("--on-budget `{other}`: use freeze or reset"),
-    };
-    let rule_text = args
-        .keyframes
-        .clone()
-        .or_else(|| args.keyframe_interval.map(|n| format!("fixed:{n}")));
-    let keyframes = match &rule_text {
-        Some(rule) => {
-            let rule: KeyframeRule = rule.parse().map_err(anyhow::Error::msg)?;
-            Some(KeyframePolicy {
-                rule,
-                view_budget: args.view_budget,
-                on_budget,
-            })
-        }
-        // The rule is chosen from the source; the budget and its action still apply.
-        None if args.view_budget != KeyframePolicy::default().view_budget
-            || on_budget != OnBudget::default() =>
-        {
-            Some(KeyframePolicy {
-                view_budget: args.view_budget,
-                on_budget,
-                ..KeyframePolicy::default()
-            })
-        }
-        None => None,
-    };
-    if args.point_stride == 0 {
-        bail!("--point-stride must be at least 1");
-    }
-    Ok(PipelineConfig {
-        layout,
-        window: args.window,
-        keyframes,
-        points: PointFilter {
-            min_confidence: args.conf_threshold,
-            stride: args.point_stride,
-        },
-        max_frames: args.max_frames,
-        ..PipelineConfig::default()
-    })
+    let mut config = args.stream.pipeline_config(PointFilter {
+        min_confidence: args.conf_threshold,
+        stride: args.point_stride,
+    })?;
+    config.max_frames = args.max_frames;
+    Ok(config)
 }
 
 fn load_model(args: &RunArgs) -> anyhow::Result<Arc<dyn FrameModel>> {

@@ -15,10 +15,11 @@ use clap::Args;
 use crossbeam_channel::{Receiver, Sender, bounded, select, tick, unbounded};
 
 use super::model_source;
+use super::stream_args::{CameraArgs, StreamArgs};
 use crate::attention::AttentionLayout;
 use crate::capture::{
-    CameraRequest, CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene,
-    SyntheticSource, Webcam, list_cameras,
+    CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene, SyntheticSource, Webcam,
+    list_cameras,
 };
 use crate::pipeline::{
     Control, Delivery, FrameModel, KeyframePolicy, KeyframeRule, Outputs, Pipeline, PipelineConfig,
@@ -66,15 +67,11 @@ pub struct ViewArgs {
     /// meaningless.
     #[arg(long, value_name = "PRESET")]
     pub random_weights: Option<String>,
-    /// KV layout of the global attention at start: paged or dense.
-    #[arg(long, default_value = "paged")]
-    pub attention: String,
-    /// Sliding window of keyframes at start (default: the model's).
-    #[arg(long)]
-    pub window: Option<usize>,
-    /// Keyframe every N frames at start (default: the pipeline's choice for the input).
-    #[arg(long, value_name = "N")]
-    pub keyframe_interval: Option<u64>,
+    /// The stream's settings at start (the window's controls change them later).
+    #[command(flatten)]
+    pub stream: StreamArgs,
+    #[command(flatten)]
+    pub camera: CameraArgs,
     /// Points with confidence at or below this are not sent to the viewer.
     #[arg(long, default_value_t = 1.5)]
     pub conf_threshold: f32,
@@ -127,9 +124,6 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
     if args.exit_after == Some(0) {
         bail!("--exit-after must be at least 1");
     }
-    if args.point_stride == 0 {
-        bail!("--point-stride must be at least 1");
-    }
     // Said now rather than as a notice in a window that then records nothing.
     if let Some(path) = &args.record
         && path.exists()
@@ -169,7 +163,7 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
                 None => default_input(),
             };
             // Open the source here so a bad input is an error before any window opens.
-            let source = open_source(&spec)?;
+            let source = open_source(&spec, &args.camera)?;
             let config = pipeline_config(&args)?;
             let label = source.describe();
             let model_args = args.clone();
@@ -282,9 +276,12 @@ fn session_config(args: &ViewArgs, source: &str) -> serde_json::Value {
         "weights": args.weights.as_ref().map(|p| p.display().to_string()),
         "model_config": args.model_config.as_ref().map(|p| p.display().to_string()),
         "random_weights": args.random_weights,
-        "attention": args.attention,
-        "window": args.window,
-        "keyframe_interval": args.keyframe_interval,
+        "attention": args.stream.attention,
+        "window": args.stream.window,
+        "keyframes": args.stream.keyframes,
+        "keyframe_interval": args.stream.keyframe_interval,
+        "view_budget": args.stream.view_budget,
+        "on_budget": args.stream.on_budget,
         "conf_threshold": args.conf_threshold,
         "point_stride": args.point_stride,
     })
@@ -459,13 +456,9 @@ fn default_input() -> InputSpec {
     }
 }
 
-fn open_source(input: &InputSpec) -> anyhow::Result<Box<dyn Source>> {
+fn open_source(input: &InputSpec, camera: &CameraArgs) -> anyhow::Result<Box<dyn Source>> {
     Ok(match input {
-        InputSpec::Webcam(selector) => Box::new(Webcam::open(&CameraRequest {
-            selector: selector.clone(),
-            resolution: None,
-            fps: None,
-        })?),
+        InputSpec::Webcam(selector) => Box::new(Webcam::open(&camera.request(selector)?)?),
         // Endless and paced like a camera, so the viewer shows live behaviour (drops included).
         InputSpec::Synthetic => Box::new(SyntheticSource::live(
             SyntheticScene {
@@ -479,22 +472,9 @@ fn open_source(input: &InputSpec) -> anyhow::Result<Box<dyn Source>> {
 }
 
 fn pipeline_config(args: &ViewArgs) -> anyhow::Result<PipelineConfig> {
-    let layout: AttentionLayout = args.attention.parse()?;
-    let keyframes = args.keyframe_interval.map(|interval| KeyframePolicy {
-        rule: KeyframeRule::Fixed {
-            interval: interval.max(1),
-        },
-        ..KeyframePolicy::default()
-    });
-    Ok(PipelineConfig {
-        layout,
-        window: args.window,
-        keyframes,
-        points: PointFilter {
-            min_confidence: args.conf_threshold,
-            stride: args.point_stride,
-        },
-        ..PipelineConfig::default()
+    args.stream.pipeline_config(PointFilter {
+        min_confidence: args.conf_threshold,
+        stride: args.point_stride,
     })
 }
 
@@ -784,7 +764,7 @@ mod tests {
     #[test]
     fn bare_defaults_are_clap_defaults() {
         let args = ViewArgs::default();
-        assert_eq!(args.attention, "paged");
+        assert_eq!(args.stream.attention, "paged");
         assert_eq!(args.point_stride, 4);
         assert!(args.conf_threshold > 1.0);
         assert_eq!(args.demo_size, "96x72");

@@ -1,0 +1,206 @@
+//! The options `run` and `view` share, so the two commands spell and check them the same way:
+//! how the stream is processed (attention layout, keyframe rule and budget, window) and what is
+//! asked of a camera.
+
+use anyhow::{Context, bail};
+
+use crate::attention::AttentionLayout;
+use crate::capture::{CameraRequest, CameraSelector};
+use crate::pipeline::keyframe::TRAINED_VIEWS;
+use crate::pipeline::{KeyframePolicy, KeyframeRule, OnBudget, PipelineConfig, PointFilter};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct StreamArgs {
+    /// KV layout of the global attention: paged or dense.
+    #[arg(long, default_value = "paged")]
+    pub attention: String,
+    /// Keyframe rule: `fixed:N`, `adaptive` or `adaptive:BASE`. Default: for a folder the
+    /// reference's ceil(N / budget), for a live input `adaptive`.
+    #[arg(long)]
+    pub keyframes: Option<String>,
+    /// Keyframe every N frames: the same as `--keyframes fixed:N`.
+    #[arg(long, value_name = "N", conflicts_with = "keyframes")]
+    pub keyframe_interval: Option<u64>,
+    /// Committed frames per session (capped by the model's RoPE table).
+    #[arg(long, default_value_t = TRAINED_VIEWS)]
+    pub view_budget: u64,
+    /// When the budget is spent: `freeze` (track against the map) or `reset` (new session).
+    #[arg(long, default_value = "freeze")]
+    pub on_budget: String,
+    /// Sliding window of keyframes (default: the model config's).
+    #[arg(long)]
+    pub window: Option<usize>,
+}
+
+impl StreamArgs {
+    /// The pipeline's settings from these options; `points` differs per command.
+    pub fn pipeline_config(&self, points: PointFilter) -> anyhow::Result<PipelineConfig> {
+        let layout: AttentionLayout = self.attention.parse()?;
+        if points.stride == 0 {
+            bail!("--point-stride must be at least 1");
+        }
+        Ok(PipelineConfig {
+            layout,
+            window: self.window,
+            keyframes: self.keyframe_policy()?,
+            points,
+            ..PipelineConfig::default()
+        })
+    }
+
+    /// `None` leaves the rule to the pipeline, which picks it from the source.
+    fn keyframe_policy(&self) -> anyhow::Result<Option<KeyframePolicy>> {
+        let on_budget = match self.on_budget.as_str() {
+            "freeze" => OnBudget::Freeze,
+            "reset" => OnBudget::Reset,
+            other => bail!("--on-budget `{other}`: use freeze or reset"),
+        };
+        let rule_text = self
+            .keyframes
+            .clone()
+            .or_else(|| self.keyframe_interval.map(|n| format!("fixed:{n}")));
+        Ok(match &rule_text {
+            Some(rule) => Some(KeyframePolicy {
+                rule: rule
+                    .parse::<KeyframeRule>()
+                    .map_err(|e| anyhow::anyhow!("--keyframes `{rule}`: {e}"))?,
+                view_budget: self.view_budget,
+                on_budget,
+            }),
+            // The rule is chosen from the source; the budget and its action still apply.
+            None if self.view_budget != KeyframePolicy::default().view_budget
+                || on_budget != OnBudget::default() =>
+            {
+                Some(KeyframePolicy {
+                    view_budget: self.view_budget,
+                    on_budget,
+                    ..KeyframePolicy::default()
+                })
+            }
+            None => None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CameraArgs {
+    /// Camera resolution request, `WIDTHxHEIGHT` (default: the camera's own).
+    #[arg(long)]
+    pub resolution: Option<String>,
+    /// Camera frame-rate request (default: the camera's own).
+    #[arg(long)]
+    pub fps: Option<u32>,
+}
+
+impl CameraArgs {
+    /// What to ask of the camera `selector` names.
+    pub fn request(&self, selector: &CameraSelector) -> anyhow::Result<CameraRequest> {
+        Ok(CameraRequest {
+            selector: selector.clone(),
+            resolution: self
+                .resolution
+                .as_deref()
+                .map(parse_resolution)
+                .transpose()?,
+            fps: self.fps,
+        })
+    }
+}
+
+fn parse_resolution(s: &str) -> anyhow::Result<(u32, u32)> {
+    let (w, h) = s
+        .split_once(['x', 'X'])
+        .with_context(|| format!("--resolution `{s}`: expected WIDTHxHEIGHT"))?;
+    let parse = |side: &str, what: &str| -> anyhow::Result<u32> {
+        match side.trim().parse::<u32>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => bail!("--resolution `{s}`: the {what} must be a positive whole number"),
+        }
+    };
+    Ok((parse(w, "width")?, parse(h, "height")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        stream: StreamArgs,
+        #[command(flatten)]
+        camera: CameraArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("test").chain(args.iter().copied()))
+    }
+
+    fn config(args: &[&str]) -> anyhow::Result<PipelineConfig> {
+        parse(args)?.stream.pipeline_config(PointFilter::default())
+    }
+
+    #[test]
+    fn defaults_leave_the_rule_to_the_pipeline() {
+        let c = config(&[]).expect("defaults");
+        assert_eq!(c.layout, AttentionLayout::Paged);
+        assert!(c.keyframes.is_none() && c.window.is_none());
+    }
+
+    #[test]
+    fn keyframe_options_become_a_policy() {
+        let c = config(&["--keyframes", "adaptive", "--on-budget", "reset"]).expect("adaptive");
+        let policy = c.keyframes.expect("a policy");
+        assert!(matches!(policy.rule, KeyframeRule::Adaptive { .. }));
+        assert_eq!(policy.on_budget, OnBudget::Reset);
+
+        let c = config(&["--keyframe-interval", "3"]).expect("fixed");
+        assert_eq!(
+            c.keyframes.map(|p| p.rule),
+            Some(KeyframeRule::Fixed { interval: 3 })
+        );
+
+        let c = config(&["--view-budget", "100"]).expect("budget only");
+        assert_eq!(c.keyframes.map(|p| p.view_budget), Some(100));
+    }
+
+    #[test]
+    fn bad_values_name_the_option() {
+        let err = config(&["--keyframe-interval", "0"]).expect_err("interval 0");
+        assert!(err.to_string().contains("--keyframes `fixed:0`"), "{err}");
+        let err = config(&["--on-budget", "later"]).expect_err("on-budget");
+        assert!(err.to_string().contains("--on-budget `later`"), "{err}");
+        assert!(config(&["--attention", "sparse"]).is_err());
+        assert!(parse(&["--keyframes", "adaptive", "--keyframe-interval", "2"]).is_err());
+        let stride_zero = parse(&[])
+            .expect("defaults")
+            .stream
+            .pipeline_config(PointFilter {
+                stride: 0,
+                ..PointFilter::default()
+            });
+        assert!(stride_zero.is_err());
+    }
+
+    #[test]
+    fn camera_requests_parse_and_refuse_nonsense() {
+        let cli = parse(&["--resolution", "1280x720", "--fps", "30"]).expect("parses");
+        let request = cli
+            .camera
+            .request(&CameraSelector::Index(0))
+            .expect("request");
+        assert_eq!(request.resolution, Some((1280, 720)));
+        assert_eq!(request.fps, Some(30));
+        assert_eq!(request.selector, CameraSelector::Index(0));
+        for bad in ["1280", "0x720", "wide x tall", "1280x-1"] {
+            let cli = parse(&["--resolution", bad]).expect("clap takes any text");
+            let err = cli
+                .camera
+                .request(&CameraSelector::Index(0))
+                .expect_err(bad);
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+    }
+}
