@@ -141,15 +141,24 @@ fn controls_send_messages() {
     harness.run();
     harness.get_by_label("dense").click();
     harness.run();
+    harness.get_by_label("adaptive").click();
+    harness.run();
+    // The slider now sets where the adaptive interval starts.
+    assert!(harness.query_all_by_label_contains("start interval").count() > 0);
+    harness.get_by_label("fixed").click();
+    harness.run();
     let (state, sent) = harness.state();
     assert!(state.paused);
     assert!(!state.paged);
+    assert!(!state.adaptive_keyframes);
     assert_eq!(
         sent,
         &vec![
             ViewerControl::Pause(true),
             ViewerControl::Reset,
-            ViewerControl::PagedAttention(false)
+            ViewerControl::PagedAttention(false),
+            ViewerControl::AdaptiveKeyframes(1),
+            ViewerControl::KeyframeInterval(1),
         ]
     );
     // Recording is not offered until a recorder exists.

@@ -575,14 +575,10 @@ fn feed_pipeline(
         }
     };
     let mut policy = pipeline.keyframe_policy();
-    let keyframe_interval = match policy.rule {
-        KeyframeRule::Fixed { interval } => Some(interval),
-        KeyframeRule::Adaptive { .. } => None,
-    };
     let _ = viewer.send(ViewerEvent::Settings(StreamSettings {
         paged,
         sliding_window: window,
-        keyframe_interval,
+        keyframe_rule: policy.rule,
     }));
     let status_ticks = tick(RECORD_STATUS_EVERY);
     loop {
@@ -700,6 +696,12 @@ fn to_pipeline(control: ViewerControl, policy: &mut KeyframePolicy) -> Vec<Contr
             };
             vec![Control::SetKeyframePolicy(*policy), Control::Reset]
         }
+        ViewerControl::AdaptiveKeyframes(n) => {
+            policy.rule = KeyframeRule::Adaptive {
+                base_interval: u64::from(n.max(1)),
+            };
+            vec![Control::SetKeyframePolicy(*policy), Control::Reset]
+        }
         // Recording is the feeder's (the relay), not the pipeline's.
         ViewerControl::Recording(_) => Vec::new(),
         // A live stream has no timeline (the window shows it only in replay).
@@ -720,7 +722,9 @@ fn feed_demo(
     let _ = viewer.send(ViewerEvent::Settings(StreamSettings {
         paged: true,
         sliding_window: config.sliding_window,
-        keyframe_interval: Some(config.keyframe_interval),
+        keyframe_rule: KeyframeRule::Fixed {
+            interval: config.keyframe_interval,
+        },
     }));
     let mut paused = false;
     let mut sent = 0u64;
@@ -784,6 +788,9 @@ mod tests {
         );
         let requests = to_pipeline(ViewerControl::KeyframeInterval(3), &mut policy);
         assert_eq!(policy.rule, KeyframeRule::Fixed { interval: 3 });
+        assert_eq!(requests.last(), Some(&Control::Reset));
+        let requests = to_pipeline(ViewerControl::AdaptiveKeyframes(2), &mut policy);
+        assert_eq!(policy.rule, KeyframeRule::Adaptive { base_interval: 2 });
         assert_eq!(requests.last(), Some(&Control::Reset));
         assert!(to_pipeline(ViewerControl::Recording(true), &mut policy).is_empty());
     }

@@ -15,7 +15,7 @@ use super::fps::FpsMeter;
 use super::history::StreamHistory;
 use super::panels::{self, ControlState, InputThumbnails, TimelineState};
 use crate::kvcache::CacheEvent;
-use crate::pipeline::FrameResult;
+use crate::pipeline::{FrameResult, KeyframeRule};
 use crate::record::RecorderStatus;
 
 /// Results ingested per repaint at most, so a burst from a file source cannot stall the UI.
@@ -211,9 +211,12 @@ impl ViewerApp {
             ViewerEvent::Settings(settings) => {
                 self.controls.paged = settings.paged;
                 self.controls.sliding_window = settings.sliding_window;
-                if let Some(interval) = settings.keyframe_interval {
-                    self.controls.keyframe_interval = u32::try_from(interval).unwrap_or(u32::MAX);
-                }
+                let (adaptive, interval) = match settings.keyframe_rule {
+                    KeyframeRule::Fixed { interval } => (false, interval),
+                    KeyframeRule::Adaptive { base_interval } => (true, base_interval),
+                };
+                self.controls.adaptive_keyframes = adaptive;
+                self.controls.keyframe_interval = u32::try_from(interval).unwrap_or(u32::MAX);
             }
             ViewerEvent::SessionReset(reason) => {
                 self.cloud.clear();
@@ -578,7 +581,7 @@ mod tests {
         tx.send(ViewerEvent::Settings(StreamSettings {
             paged: false,
             sliding_window: 7,
-            keyframe_interval: Some(3),
+            keyframe_rule: KeyframeRule::Fixed { interval: 3 },
         }))
         .expect("open");
         tx.send(ViewerEvent::Notice("random weights".into()))
@@ -590,6 +593,16 @@ mod tests {
         assert!(!app.controls.paged);
         assert_eq!(app.controls.sliding_window, 7);
         assert_eq!(app.controls.keyframe_interval, 3);
+        assert!(!app.controls.adaptive_keyframes);
+        tx.send(ViewerEvent::Settings(StreamSettings {
+            paged: true,
+            sliding_window: 7,
+            keyframe_rule: KeyframeRule::Adaptive { base_interval: 2 },
+        }))
+        .expect("open");
+        app.drain_events();
+        assert!(app.controls.adaptive_keyframes);
+        assert_eq!(app.controls.keyframe_interval, 2);
         assert_eq!(app.options.notices, vec!["random weights".to_string()]);
         assert!(app.source_ended);
     }

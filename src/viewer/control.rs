@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::pipeline::FrameResult;
+use crate::pipeline::{FrameResult, KeyframeRule};
 use crate::record::RecorderStatus;
 
 /// What the viewer receives, in order.
@@ -31,8 +31,7 @@ pub enum ViewerEvent {
 pub struct StreamSettings {
     pub paged: bool,
     pub sliding_window: usize,
-    /// `None` for an adaptive keyframe rule.
-    pub keyframe_interval: Option<u64>,
+    pub keyframe_rule: KeyframeRule,
 }
 
 // Not `Eq`: `Speed` carries a factor.
@@ -44,7 +43,11 @@ pub enum ViewerControl {
     /// Paged attention (true) or the dense baseline (false).
     PagedAttention(bool),
     SlidingWindow(usize),
+    /// A keyframe every n frames.
     KeyframeInterval(u32),
+    /// The adaptive rule: a keyframe every n frames at first, the interval doubling each time
+    /// the remaining keyframe budget halves.
+    AdaptiveKeyframes(u32),
     Recording(bool),
     /// Replay only: show the session as it was at this stream frame, then play on from it.
     Seek(u64),

@@ -12,7 +12,9 @@ pub struct ControlState {
     /// Paged attention (true) or the dense concatenating baseline.
     pub paged: bool,
     pub sliding_window: usize,
+    /// Fixed rule: frames between keyframes. Adaptive rule: the interval it starts from.
     pub keyframe_interval: u32,
+    pub adaptive_keyframes: bool,
     pub recording: bool,
     /// `None` when recording is available; otherwise why not (shown on the disabled toggle).
     pub recording_unavailable: Option<String>,
@@ -29,6 +31,7 @@ impl Default for ControlState {
             paged: true,
             sliding_window: 64,
             keyframe_interval: 1,
+            adaptive_keyframes: false,
             recording: false,
             recording_unavailable: Some("recording arrives with the recorder".to_string()),
             connected: false,
@@ -138,10 +141,32 @@ pub fn controls_ui(ui: &mut egui::Ui, state: &mut ControlState) -> Vec<ViewerCon
         if window.drag_stopped() || (window.changed() && !window.dragged()) {
             out.push(ViewerControl::SlidingWindow(state.sliding_window));
         }
-        let interval =
-            ui.add(egui::Slider::new(&mut state.keyframe_interval, 1..=16).text("keyframe every"));
-        if interval.drag_stopped() || (interval.changed() && !interval.dragged()) {
-            out.push(ViewerControl::KeyframeInterval(state.keyframe_interval));
+        let rule_before = state.adaptive_keyframes;
+        ui.horizontal(|ui| {
+            ui.label("keyframes");
+            ui.selectable_value(&mut state.adaptive_keyframes, false, "fixed")
+                .on_hover_text("A keyframe every n frames");
+            ui.selectable_value(&mut state.adaptive_keyframes, true, "adaptive")
+                .on_hover_text(
+                    "A keyframe every n frames at first; the interval doubles each time the \
+                     remaining keyframe budget halves, so a live stream never runs out",
+                );
+        });
+        let label = if state.adaptive_keyframes {
+            "start interval"
+        } else {
+            "keyframe every"
+        };
+        let interval = ui.add(egui::Slider::new(&mut state.keyframe_interval, 1..=16).text(label));
+        if state.adaptive_keyframes != rule_before
+            || interval.drag_stopped()
+            || (interval.changed() && !interval.dragged())
+        {
+            out.push(if state.adaptive_keyframes {
+                ViewerControl::AdaptiveKeyframes(state.keyframe_interval)
+            } else {
+                ViewerControl::KeyframeInterval(state.keyframe_interval)
+            });
         }
     });
     let can_record = state.connected && state.recording_unavailable.is_none();
