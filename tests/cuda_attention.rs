@@ -2,6 +2,8 @@
 //! sizes that tiles straddle, partial last pages, 2 and 16 heads, forced and automatic key
 //! splits, the dense baseline. Skips with a printed reason where there is no GPU (CI).
 
+mod common;
+
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use streamrecon::attention::{AttentionShape, PagedLayer, paged_attention};
@@ -18,13 +20,7 @@ const D: usize = 64;
 const TOLERANCE: f64 = 2e-2;
 
 fn device() -> Option<CudaDevice> {
-    match CudaDevice::open(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
+    common::gpu_device()
 }
 
 fn random_bf16(rng: &mut StdRng, n: usize, scale: f32) -> Vec<bf16> {

@@ -5,6 +5,8 @@
 //! Also the head's small-m linear kernel alone against a host f64 reference. Skips with a printed
 //! reason where there is no GPU (CI).
 
+mod common;
+
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -24,13 +26,7 @@ const POSE: usize = 9;
 const TOKENS_PER_FRAME: usize = 3;
 
 fn device() -> Option<CudaDevice> {
-    match CudaDevice::open(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
+    common::gpu_device()
 }
 
 /// The camera head's parameters drawn at random, scaled so every part matters: LayerNorm

@@ -4,6 +4,8 @@
 //! on a small patch grid; and the point compactor against `unproject_to_world` + `filter_points`
 //! (same count, same order). Skips with a printed reason where there is no GPU (CI).
 
+mod common;
+
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::{Distribution, Normal};
@@ -29,13 +31,7 @@ const OP_TOLERANCE: f64 = 1e-2;
 const HEAD_TOLERANCE: f64 = 2.5e-2;
 
 fn device() -> Option<(CudaDevice, Gemm)> {
-    let dev = match CudaDevice::open(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            return None;
-        }
-    };
+    let dev = common::gpu_device()?;
     match Gemm::new(&dev) {
         Ok(g) => Some((dev, g)),
         Err(e) => {

@@ -3,6 +3,8 @@
 //! over the device pool matches the host reference, and non-keyframe rollbacks leave nothing
 //! visible. Skips with a printed reason where there is no GPU (CI).
 
+mod common;
+
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use streamrecon::backend::cuda::attention::cache_attention;
@@ -15,13 +17,7 @@ use streamrecon::kvcache::{CacheConfig, PageTable, StepKind, StepPlan, StorageDt
 const D: usize = 64;
 
 fn device() -> Option<CudaDevice> {
-    match CudaDevice::open(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
+    common::gpu_device()
 }
 
 /// Applies a step's writes to a host mirror of the pool (`[page][K|V][heads][page_size][64]`),

@@ -4,6 +4,8 @@
 //! where there is no GPU; every case prints its errors so a failure can be read from the log.
 //! `rope_tables_match_the_cpu_rope` runs everywhere (no GPU).
 
+mod common;
+
 use cudarc::driver::{CudaSlice, DeviceRepr};
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -30,13 +32,7 @@ const BF16_TOL: f64 = 1e-2;
 const F32_TOL: f64 = 1e-4;
 
 fn device() -> Option<CudaDevice> {
-    match CudaDevice::open(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
-    }
+    common::gpu_device()
 }
 
 fn up<T: DeviceRepr>(dev: &CudaDevice, v: &[T]) -> CudaSlice<T> {

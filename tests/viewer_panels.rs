@@ -144,7 +144,12 @@ fn controls_send_messages() {
     harness.get_by_label("adaptive").click();
     harness.run();
     // The slider now sets where the adaptive interval starts.
-    assert!(harness.query_all_by_label_contains("start interval").count() > 0);
+    assert!(
+        harness
+            .query_all_by_label_contains("start interval")
+            .count()
+            > 0
+    );
     harness.get_by_label("fixed").click();
     harness.run();
     let (state, sent) = harness.state();

@@ -1,7 +1,24 @@
 //! Helpers shared by the integration tests. Each test file is a crate of its own and takes this
 //! in with `mod common;`.
 
+// Each test crate uses only some of these helpers; the rest would be reported as unused there.
+#![allow(dead_code)]
+
 use std::path::PathBuf;
+
+use streamrecon::backend::cuda::CudaDevice;
+
+/// The first GPU, or `None` with the reason printed (no GPU, no driver, CUDA unusable), so a GPU
+/// test skips visibly on machines without one, as CI is.
+pub fn gpu_device() -> Option<CudaDevice> {
+    match CudaDevice::open(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
 
 /// The gct-tiny parity fixtures, when `marker` (a file inside them) is present.
 ///
