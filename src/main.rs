@@ -7,11 +7,15 @@ use streamrecon::cli;
 #[command(
     name = "streamrecon",
     version,
-    about = "Real-time 3D reconstruction viewer (GCT streaming model, paged KV cache)"
+    about = "Real-time 3D reconstruction viewer (GCT streaming model, paged KV cache)",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Without a subcommand, `streamrecon` is `streamrecon view` and takes its options.
+    #[command(flatten)]
+    view: cli::view::ViewArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -41,10 +45,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Cli::parse();
-    let result = match args
-        .command
-        .unwrap_or_else(|| Command::View(cli::view::ViewArgs::default()))
-    {
+    let result = match args.command.unwrap_or(Command::View(args.view)) {
         Command::View(a) => cli::view::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Bench(a) => cli::bench::run(a),
@@ -56,7 +57,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", cli::error_text(&err));
             std::process::ExitCode::from(2)
         }
     }

@@ -265,7 +265,10 @@ fn open_source(input: &InputSpec, args: &RunArgs) -> anyhow::Result<Box<dyn Sour
             } else {
                 CorruptFilePolicy::Skip
             };
-            Box::new(ImageFolder::open(dir, policy)?)
+            Box::new(
+                ImageFolder::open(dir, policy)
+                    .with_context(|| super::stream_args::folder_input_context(dir))?,
+            )
         }
     })
 }

@@ -107,6 +107,15 @@ impl CameraArgs {
     }
 }
 
+/// Context for an `--input` that named no camera or built-in source and is no readable folder:
+/// most often a mistyped source name, which would otherwise read as a bare "no such file".
+pub fn folder_input_context(dir: &std::path::Path) -> String {
+    format!(
+        "--input {}: read as an image folder (other inputs: webcam:N, webcam:NAME, synthetic, demo)",
+        dir.display()
+    )
+}
+
 fn parse_resolution(s: &str) -> anyhow::Result<(u32, u32)> {
     let (w, h) = s
         .split_once(['x', 'X'])

@@ -467,7 +467,10 @@ fn open_source(input: &InputSpec, camera: &CameraArgs) -> anyhow::Result<Box<dyn
             },
             SYNTHETIC_FPS,
         )),
-        InputSpec::Folder(dir) => Box::new(ImageFolder::open(dir, CorruptFilePolicy::Skip)?),
+        InputSpec::Folder(dir) => Box::new(
+            ImageFolder::open(dir, CorruptFilePolicy::Skip)
+                .with_context(|| super::stream_args::folder_input_context(dir))?,
+        ),
     })
 }
 
@@ -530,7 +533,8 @@ fn feed_pipeline(
         Ok(m) => m,
         Err(e) => {
             let _ = viewer.send(ViewerEvent::Notice(format!(
-                "could not load the model: {e:#}"
+                "could not load the model: {}",
+                super::error_text(&e)
             )));
             // Nothing will come: let a headless run (--exit-after) finish with the notice shown.
             let _ = viewer.send(ViewerEvent::InputEnded);
@@ -551,7 +555,7 @@ fn feed_pipeline(
     ) {
         Ok(r) => r,
         Err(e) => {
-            let _ = viewer.send(ViewerEvent::Notice(format!("{e:#}")));
+            let _ = viewer.send(ViewerEvent::Notice(super::error_text(&e)));
             let _ = viewer.send(ViewerEvent::InputEnded);
             return;
         }
@@ -647,7 +651,10 @@ fn send_recording(viewer: &Sender<ViewerEvent>, started: anyhow::Result<Recorder
             let _ = viewer.send(ViewerEvent::Recording(Some(status)));
         }
         Err(e) => {
-            let _ = viewer.send(ViewerEvent::Notice(format!("recording failed: {e:#}")));
+            let _ = viewer.send(ViewerEvent::Notice(format!(
+                "recording failed: {}",
+                super::error_text(&e)
+            )));
             let _ = viewer.send(ViewerEvent::Recording(None));
         }
     }
