@@ -9,7 +9,9 @@ use crate::kvcache::{
 use super::{AttentionShape, DenseKvStore, PagedLayer, dense_attention, paged_attention};
 
 /// How K/V are kept between frame steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AttentionLayout {
     /// Pages written once, read in place through the step's page plan.

@@ -15,6 +15,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
 use serde::Serialize;
 
+use crate::attention::AttentionLayout;
 use crate::backend::cuda::attention::cache_attention;
 use crate::backend::cuda::{
     AttentionKernel, AttentionOptions, AttentionWorkspace, CudaDevice, CudaError, DenseBaseline,
@@ -77,9 +78,9 @@ pub struct BenchArgs {
     /// e2e: streaming frames after the scale frames.
     #[arg(long, default_value_t = 200)]
     pub frames: usize,
-    /// e2e: attention layout (the GPU model runs paged).
-    #[arg(long, default_value = "paged")]
-    pub attention: String,
+    /// e2e: attention layout of the global blocks.
+    #[arg(long, value_enum, default_value_t = AttentionLayout::Paged)]
+    pub attention: AttentionLayout,
     /// e2e: every k-th streaming frame is a keyframe.
     #[arg(long, default_value_t = 1)]
     pub keyframe_interval: usize,
@@ -109,7 +110,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 preset: args.random_weights.clone(),
                 resolution: args.resolution.clone(),
                 frames: args.frames,
-                attention: args.attention.clone(),
+                attention: args.attention,
                 keyframe_interval: args.keyframe_interval,
                 graphs: !args.no_graphs,
                 kernel,

@@ -11,6 +11,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde::Serialize;
 
+use crate::attention::AttentionLayout;
 use crate::backend::cuda::AttentionKernel;
 use crate::backend::cuda::gemm::Tuning;
 use crate::gpu_model::engine::{DeviceMemory, GpuModel, SessionConfig};
@@ -23,7 +24,7 @@ pub struct E2eArgs {
     pub preset: String,
     pub resolution: String,
     pub frames: usize,
-    pub attention: String,
+    pub attention: AttentionLayout,
     pub keyframe_interval: usize,
     pub graphs: bool,
     pub kernel: Option<AttentionKernel>,
@@ -179,11 +180,7 @@ fn synthetic_images(count: usize, height: usize, width: usize) -> Vec<Vec<f32>> 
 }
 
 pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
-    let dense = match args.attention.as_str() {
-        "paged" => false,
-        "dense" => true,
-        other => bail!("--attention `{other}`: use paged or dense"),
-    };
+    let dense = args.attention == AttentionLayout::Dense;
     let (width, height) = parse_resolution(&args.resolution)?;
     // Say so before spending seconds and gigabytes on weights a GPU-less machine cannot use.
     crate::backend::cuda::probe(args.device)
@@ -319,7 +316,7 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
         scale_frames: scale,
         window: cfg.window,
         keyframe_interval: interval,
-        attention: args.attention.clone(),
+        attention: args.attention.to_string(),
         kernel: format!("{:?}", session.kernel()),
         local_kernel: format!("{:?}", session.local_kernel()),
         graphs: args.graphs,

@@ -25,8 +25,8 @@ pub struct ParityArgs {
     #[arg(long)]
     pub weights: Option<PathBuf>,
     /// KV layout used by the global attention.
-    #[arg(long, default_value = "paged")]
-    pub attention: String,
+    #[arg(long, value_enum, default_value_t = AttentionLayout::Paged)]
+    pub attention: AttentionLayout,
     /// Use seeded random weights of the given preset (`full` or `tiny`) instead of a file.
     /// Parity then fails by design; this is a smoke run of the whole schedule.
     #[arg(long, value_name = "PRESET")]
@@ -442,7 +442,7 @@ pub fn print_report(report: &ParityReport, failures_only: bool) {
 }
 
 pub fn run(args: ParityArgs) -> anyhow::Result<()> {
-    let layout: AttentionLayout = args.attention.parse()?;
+    let layout = args.attention;
     let weights = match (&args.random_weights, &args.weights) {
         (Some(_), Some(_)) => bail!("give either --weights or --random-weights, not both"),
         (Some(preset), None) => WeightsChoice::Random {

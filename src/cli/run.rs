@@ -219,7 +219,7 @@ fn session_config(args: &RunArgs, input: &InputSpec, pipeline: &Pipeline) -> ser
         "weights": args.weights.as_ref().map(|p| p.display().to_string()),
         "model_config": args.model_config.as_ref().map(|p| p.display().to_string()),
         "random_weights": args.random_weights,
-        "attention": args.stream.attention,
+        "attention": args.stream.attention.to_string(),
         "window": args.stream.window,
         "keyframes": format!("{:?}", pipeline.keyframe_policy()),
         "conf_threshold": args.conf_threshold,

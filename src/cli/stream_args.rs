@@ -11,9 +11,9 @@ use crate::pipeline::{KeyframePolicy, KeyframeRule, OnBudget, PipelineConfig, Po
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct StreamArgs {
-    /// KV layout of the global attention: paged or dense.
-    #[arg(long, default_value = "paged")]
-    pub attention: String,
+    /// KV layout of the global attention.
+    #[arg(long, value_enum, default_value_t = AttentionLayout::Paged)]
+    pub attention: AttentionLayout,
     /// Keyframe rule: `fixed:N`, `adaptive` or `adaptive:BASE`. Default: for a folder the
     /// reference's ceil(N / budget), for a live input `adaptive`.
     #[arg(long)]
@@ -24,9 +24,9 @@ pub struct StreamArgs {
     /// Committed frames per session (capped by the model's RoPE table).
     #[arg(long, default_value_t = TRAINED_VIEWS)]
     pub view_budget: u64,
-    /// When the budget is spent: `freeze` (track against the map) or `reset` (new session).
-    #[arg(long, default_value = "freeze")]
-    pub on_budget: String,
+    /// What happens when the budget is spent.
+    #[arg(long, value_enum, default_value_t = OnBudget::Freeze)]
+    pub on_budget: OnBudget,
     /// Sliding window of keyframes (default: the model config's).
     #[arg(long)]
     pub window: Option<usize>,
@@ -35,12 +35,11 @@ pub struct StreamArgs {
 impl StreamArgs {
     /// The pipeline's settings from these options; `points` differs per command.
     pub fn pipeline_config(&self, points: PointFilter) -> anyhow::Result<PipelineConfig> {
-        let layout: AttentionLayout = self.attention.parse()?;
         if points.stride == 0 {
             bail!("--point-stride must be at least 1");
         }
         Ok(PipelineConfig {
-            layout,
+            layout: self.attention,
             window: self.window,
             keyframes: self.keyframe_policy()?,
             points,
@@ -50,11 +49,7 @@ impl StreamArgs {
 
     /// `None` leaves the rule to the pipeline, which picks it from the source.
     fn keyframe_policy(&self) -> anyhow::Result<Option<KeyframePolicy>> {
-        let on_budget = match self.on_budget.as_str() {
-            "freeze" => OnBudget::Freeze,
-            "reset" => OnBudget::Reset,
-            other => bail!("--on-budget `{other}`: use freeze or reset"),
-        };
+        let on_budget = self.on_budget;
         let rule_text = self
             .keyframes
             .clone()
@@ -179,9 +174,12 @@ mod tests {
     fn bad_values_name_the_option() {
         let err = config(&["--keyframe-interval", "0"]).expect_err("interval 0");
         assert!(err.to_string().contains("--keyframes `fixed:0`"), "{err}");
-        let err = config(&["--on-budget", "later"]).expect_err("on-budget");
-        assert!(err.to_string().contains("--on-budget `later`"), "{err}");
-        assert!(config(&["--attention", "sparse"]).is_err());
+        // Values clap knows are refused by clap, with the ones it takes.
+        for (option, bad) in [("--on-budget", "later"), ("--attention", "sparse")] {
+            let err = parse(&[option, bad]).err().expect("refused").to_string();
+            assert!(err.contains(bad) && err.contains(option), "{err}");
+            assert!(err.contains("possible values"), "{err}");
+        }
         assert!(parse(&["--keyframes", "adaptive", "--keyframe-interval", "2"]).is_err());
         let stride_zero = parse(&[])
             .expect("defaults")

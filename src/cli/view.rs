@@ -276,12 +276,12 @@ fn session_config(args: &ViewArgs, source: &str) -> serde_json::Value {
         "weights": args.weights.as_ref().map(|p| p.display().to_string()),
         "model_config": args.model_config.as_ref().map(|p| p.display().to_string()),
         "random_weights": args.random_weights,
-        "attention": args.stream.attention,
+        "attention": args.stream.attention.to_string(),
         "window": args.stream.window,
         "keyframes": args.stream.keyframes,
         "keyframe_interval": args.stream.keyframe_interval,
         "view_budget": args.stream.view_budget,
-        "on_budget": args.stream.on_budget,
+        "on_budget": args.stream.on_budget.to_string(),
         "conf_threshold": args.conf_threshold,
         "point_stride": args.point_stride,
     })
@@ -775,7 +775,7 @@ mod tests {
     #[test]
     fn bare_defaults_are_clap_defaults() {
         let args = ViewArgs::default();
-        assert_eq!(args.stream.attention, "paged");
+        assert_eq!(args.stream.attention, AttentionLayout::Paged);
         assert_eq!(args.point_stride, 4);
         assert!(args.conf_threshold > 1.0);
         assert_eq!(args.demo_size, "96x72");

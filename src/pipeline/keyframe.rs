@@ -23,13 +23,23 @@ pub enum KeyframeRule {
 }
 
 /// What happens once the committed frames reach the budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum OnBudget {
     /// Commit nothing more; later frames are non-keyframes against the frozen map.
     #[default]
     Freeze,
     /// Start a new session (new scale frames, empty cache); the old map is not aligned to it.
     Reset,
+}
+
+/// The spelling `--on-budget` takes.
+impl std::fmt::Display for OnBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OnBudget::Freeze => "freeze",
+            OnBudget::Reset => "reset",
+        })
+    }
 }
 
 /// Views the released model was trained on.
