@@ -254,3 +254,67 @@ fn keyframe_interval_is_the_fixed_rule_and_excludes_keyframes() {
     );
     assert_eq!(both.status.code(), Some(2), "{}", text(&both.stderr));
 }
+
+/// Ctrl-C (SIGINT) mid-run finishes the session instead of cutting it off: the dump, the
+/// recording's index and summary.json all hold the frames processed before it.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_finishes_the_session_with_the_frames_so_far() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("s");
+    let mut child = Command::new(BIN)
+        .args([
+            "run",
+            "--headless",
+            "--input",
+            "synthetic",
+            "--synthetic-frames",
+            "100000",
+            "--random-weights",
+            "tiny",
+            "--out",
+            session.to_str().unwrap(),
+        ])
+        .current_dir(ROOT)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let frames_written = || std::fs::read_dir(session.join("frames")).map_or(0, |d| d.count());
+    let start = Instant::now();
+    while frames_written() < 3 {
+        if start.elapsed() > Duration::from_secs(120) || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("the run never got going: {:?}", child.wait_with_output());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the run did not stop after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("interrupted (Ctrl-C)"), "{stdout}");
+    assert!(stderr.contains("finishing the session"), "{stderr}");
+
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(session.join("summary.json")).unwrap()).unwrap();
+    let processed = summary["frames_processed"].as_u64().unwrap();
+    assert!((3..100_000).contains(&processed), "{summary}");
+    assert_eq!(summary["input_ended"], false);
+    assert_eq!(frames_written() as u64, processed);
+    let recording = streamrecon::record::SessionReader::open(session.join("session.srec")).unwrap();
+    assert!(recording.indexed(), "{:?}", recording.issues());
+    assert_eq!(recording.frames().len() as u64, processed);
+}

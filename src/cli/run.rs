@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -119,6 +120,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     eprintln!("model: {}", model.describe());
     let pipeline = Pipeline::start(source, model, config, outputs)?;
     eprintln!("keyframes: {:?}", pipeline.keyframe_policy());
+    let interrupted = stop_on_interrupt(pipeline.control());
 
     let progress = progress_bar(total);
     let started = Instant::now();
@@ -178,6 +180,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     dump.finish(&summary)?;
     let recorded = recorder.finish();
     print_summary(&summary, &out, &dump);
+    if interrupted.load(Ordering::SeqCst) {
+        println!("stopped:    interrupted (Ctrl-C); the session holds every frame processed");
+    }
     println!(
         "recorded:   {} frames, {} bytes in {}{}",
         recorded.frames_recorded,
@@ -345,6 +350,26 @@ fn progress_message(r: &FrameResult, dump: &SessionDump, started: Instant) -> St
         dump.points,
         dump.dropped
     )
+}
+
+/// Ctrl-C stops the pipeline the way the end of the input does, so the dump, the recording's
+/// index and summary.json are all written for the frames processed; a second Ctrl-C quits at
+/// once (the recording stays readable without its index). Returns whether it was pressed.
+fn stop_on_interrupt(control: crossbeam_channel::Sender<Control>) -> Arc<AtomicBool> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&interrupted);
+    let installed = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            eprintln!("\ninterrupted again: quitting without finishing the session");
+            std::process::exit(130);
+        }
+        eprintln!("\ninterrupted: finishing the session (Ctrl-C again to quit at once)");
+        let _ = control.send(Control::Stop);
+    });
+    if let Err(e) = installed {
+        tracing::warn!("Ctrl-C will end the run without finishing the session: {e}");
+    }
+    interrupted
 }
 
 fn print_summary(s: &PipelineSummary, out: &Path, dump: &SessionDump) {
