@@ -2,7 +2,7 @@
 //! fixture, a camera that does not exist, a corrupt image in a strict run, bad arguments.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamrecon");
@@ -21,15 +21,24 @@ fn run(args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    wait_or_kill(
+        &mut child,
+        Duration::from_secs(120),
+        &format!("streamrecon {args:?}"),
+    );
+    child.wait_with_output().unwrap()
+}
+
+/// Waits for `child` to exit; past `limit` it is killed and the test fails.
+fn wait_or_kill(child: &mut Child, limit: Duration, what: &str) {
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(120) {
+        if start.elapsed() > limit {
             let _ = child.kill();
-            panic!("streamrecon {args:?} hung");
+            panic!("{what} hung");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    child.wait_with_output().unwrap()
 }
 
 fn tiny(extra: &[&str], out: &Path, input: &str) -> Output {
@@ -294,14 +303,7 @@ fn ctrl_c_finishes_the_session_with_the_frames_so_far() {
         .status()
         .unwrap();
     assert!(kill.success());
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("the run did not stop after Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_or_kill(&mut child, Duration::from_secs(60), "the run after Ctrl-C");
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
