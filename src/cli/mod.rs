@@ -14,13 +14,14 @@ pub mod stream_args;
 pub mod view;
 
 /// An error with its causes on one line, for a person: what `{:#}` prints, without repeats.
-/// Many errors (ours and other crates') put their cause in their own message and also return it
-/// from `source()`, so `{:#}` would say it twice (`x: No such file: No such file`).
+/// Many errors (ours and other crates') end their own message with their cause and also return
+/// it from `source()`, so `{:#}` would say it twice (`x: No such file: No such file`); a cause
+/// the line already ends with is left out.
 pub fn error_text(err: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in err.chain() {
         let part = cause.to_string();
-        if part.is_empty() || text.contains(&part) {
+        if part.is_empty() || text.ends_with(&part) {
             continue;
         }
         if !text.is_empty() {

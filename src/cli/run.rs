@@ -96,7 +96,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("--out SESSION is required: the directory the run writes")?;
     let input = match &args.input {
         Some(s) => s.parse::<InputSpec>()?,
-        None => default_input(),
+        None => super::stream_args::default_input(),
     };
     let config = pipeline_config(&args)?;
     let source = open_source(&input, &args)?;
@@ -246,15 +246,6 @@ fn write_sample(dir: &Path) -> anyhow::Result<()> {
     let scene = crate::capture::synthetic::sample_scene();
     scene.write_sample(dir, crate::capture::synthetic::SAMPLE_FRAMES)?;
     Ok(())
-}
-
-fn default_input() -> InputSpec {
-    if list_cameras().is_empty() {
-        tracing::info!("no camera found: using the synthetic room (--input synthetic)");
-        InputSpec::Synthetic
-    } else {
-        "webcam:0".parse().unwrap_or(InputSpec::Synthetic)
-    }
 }
 
 fn open_source(input: &InputSpec, args: &RunArgs) -> anyhow::Result<Box<dyn Source>> {

@@ -5,7 +5,7 @@
 use anyhow::{Context, bail};
 
 use crate::attention::AttentionLayout;
-use crate::capture::{CameraRequest, CameraSelector};
+use crate::capture::{CameraRequest, CameraSelector, InputSpec, list_cameras};
 use crate::pipeline::keyframe::TRAINED_VIEWS;
 use crate::pipeline::{KeyframePolicy, KeyframeRule, OnBudget, PipelineConfig, PointFilter};
 
@@ -49,7 +49,6 @@ impl StreamArgs {
 
     /// `None` leaves the rule to the pipeline, which picks it from the source.
     fn keyframe_policy(&self) -> anyhow::Result<Option<KeyframePolicy>> {
-        let on_budget = self.on_budget;
         let rule_text = self
             .keyframes
             .clone()
@@ -60,15 +59,15 @@ impl StreamArgs {
                     .parse::<KeyframeRule>()
                     .map_err(|e| anyhow::anyhow!("--keyframes `{rule}`: {e}"))?,
                 view_budget: self.view_budget,
-                on_budget,
+                on_budget: self.on_budget,
             }),
             // The rule is chosen from the source; the budget and its action still apply.
             None if self.view_budget != KeyframePolicy::default().view_budget
-                || on_budget != OnBudget::default() =>
+                || self.on_budget != OnBudget::default() =>
             {
                 Some(KeyframePolicy {
                     view_budget: self.view_budget,
-                    on_budget,
+                    on_budget: self.on_budget,
                     ..KeyframePolicy::default()
                 })
             }
@@ -99,6 +98,16 @@ impl CameraArgs {
                 .transpose()?,
             fps: self.fps,
         })
+    }
+}
+
+/// The input when `--input` is not given: the first camera, else the synthetic room.
+pub fn default_input() -> InputSpec {
+    if list_cameras().is_empty() {
+        tracing::info!("no camera found: using the synthetic room (--input synthetic)");
+        InputSpec::Synthetic
+    } else {
+        InputSpec::Webcam(CameraSelector::Index(0))
     }
 }
 

@@ -19,7 +19,6 @@ use super::stream_args::{CameraArgs, StreamArgs};
 use crate::attention::AttentionLayout;
 use crate::capture::{
     CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene, SyntheticSource, Webcam,
-    list_cameras,
 };
 use crate::pipeline::{
     Control, Delivery, FrameModel, KeyframePolicy, KeyframeRule, Outputs, Pipeline, PipelineConfig,
@@ -160,7 +159,7 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
         input => {
             let spec = match input {
                 Some(s) => s.parse::<InputSpec>()?,
-                None => default_input(),
+                None => super::stream_args::default_input(),
             };
             // Open the source here so a bad input is an error before any window opens.
             let source = open_source(&spec, &args.camera)?;
@@ -445,15 +444,6 @@ fn utc_stamp(now: SystemTime) -> String {
         rem / 60 % 60,
         rem % 60
     )
-}
-
-fn default_input() -> InputSpec {
-    if list_cameras().is_empty() {
-        tracing::info!("no camera found: using the synthetic room (--input synthetic)");
-        InputSpec::Synthetic
-    } else {
-        "webcam:0".parse().unwrap_or(InputSpec::Synthetic)
-    }
 }
 
 fn open_source(input: &InputSpec, camera: &CameraArgs) -> anyhow::Result<Box<dyn Source>> {

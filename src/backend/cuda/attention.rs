@@ -136,29 +136,29 @@ impl AttentionKernel {
         }
     }
 
+    /// The 192-row family: three consumer warpgroups of 64 query rows.
+    fn rows_192(self) -> bool {
+        matches!(
+            self,
+            Self::WgmmaWsM192
+                | Self::WgmmaWsM192Tail
+                | Self::WgmmaWsM192Tma
+                | Self::WgmmaWsM192TailTma
+                | Self::WgmmaWsM192Nocopy
+                | Self::WgmmaWsM192TailNocopy
+        )
+    }
+
     /// Query rows per CTA.
     pub fn block_m(self) -> usize {
-        match self {
-            Self::WgmmaWsM192
-            | Self::WgmmaWsM192Tail
-            | Self::WgmmaWsM192Tma
-            | Self::WgmmaWsM192TailTma
-            | Self::WgmmaWsM192Nocopy
-            | Self::WgmmaWsM192TailNocopy => 192,
-            _ => 128,
-        }
+        if self.rows_192() { 192 } else { 128 }
     }
 
     fn threads(self) -> u32 {
         match self {
             Self::MmaSync => 128,
             Self::WgmmaWide => 256,
-            Self::WgmmaWsM192
-            | Self::WgmmaWsM192Tail
-            | Self::WgmmaWsM192Tma
-            | Self::WgmmaWsM192TailTma
-            | Self::WgmmaWsM192Nocopy
-            | Self::WgmmaWsM192TailNocopy => 512,
+            _ if self.rows_192() => 512,
             _ => 384,
         }
     }

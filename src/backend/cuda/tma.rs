@@ -8,6 +8,7 @@ use cudarc::driver::sys::{
 };
 
 use super::CudaError;
+use super::kv::HEAD_DIM;
 
 /// A `CUtensorMap` (128 bytes, 64-byte aligned) as the warp-specialised kernels take it
 /// (`const __grid_constant__ TmaDesc kv_map`).
@@ -36,7 +37,6 @@ impl KvTensorMap {
         heads: usize,
         rows: usize,
     ) -> Result<Self, CudaError> {
-        const HEAD_DIM: usize = 64;
         let plane = page_size * heads * HEAD_DIM;
         // (A pool carved from a larger buffer may run past its last plane: that tail is unused.)
         if plane == 0 || elems < plane {

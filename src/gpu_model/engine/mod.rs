@@ -351,8 +351,11 @@ impl GpuSession {
         let arena_bytes = arena.capacity_bytes();
 
         // Frame-local attention tables: frame f is page f of `tokens` slots.
-        let dino_tables = local_tables(shape.max_call, shape.dino_tokens);
-        upload_raw(&dev, &dino_tables, bufs.dino_tables)?;
+        upload_raw(
+            &dev,
+            &local_tables(shape.max_call, shape.dino_tokens),
+            bufs.dino_tables,
+        )?;
         upload_raw(
             &dev,
             &local_tables(shape.max_call, shape.tokens),
