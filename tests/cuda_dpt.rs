@@ -16,7 +16,7 @@ use streamrecon::backend::cuda::gemm::Gemm;
 use streamrecon::gpu_model::dpt_head::GpuDptHead;
 use streamrecon::gpu_model::unproject::PointCompactor;
 use streamrecon::model::ModelConfig;
-use streamrecon::model::config::{POSE_ENC_LEN, SPECIAL_TOKENS};
+use streamrecon::model::spec::{POSE_ENC_LEN, SPECIAL_TOKENS};
 use streamrecon::model::dpt_head::DptHead;
 use streamrecon::model::ops::conv::{Conv2d, ConvTransposeUpsample, FeatureMap};
 use streamrecon::model::ops::norm::LayerNorm;

@@ -26,7 +26,7 @@ use crate::backend::cuda::gemm::Gemm;
 use crate::backend::cuda::{CudaDevice, CudaError};
 use crate::model::block::TransformerBlock;
 use crate::model::camera_head::CameraHead;
-use crate::model::config::POSE_ENC_LEN;
+use crate::model::spec::POSE_ENC_LEN;
 use crate::model::ops::linear::Linear;
 use crate::model::ops::norm::LayerNorm;
 

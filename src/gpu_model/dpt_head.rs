@@ -17,7 +17,7 @@ use crate::backend::cuda::arena::DevPtr;
 use crate::backend::cuda::conv::{self, DeviceConv, DeviceConvTranspose, Nhwc, upload_f32};
 use crate::backend::cuda::gemm::Gemm;
 use crate::backend::cuda::{CudaDevice, CudaError};
-use crate::model::config::SPECIAL_TOKENS;
+use crate::model::spec::SPECIAL_TOKENS;
 use crate::model::dpt_head::{DptHead, FusionBlock, ResidualConvUnit, Resize, add_uv_embedding};
 use crate::model::ops::conv::FeatureMap;
 

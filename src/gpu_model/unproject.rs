@@ -13,7 +13,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 use crate::backend::cuda::arena::DevPtr;
 use crate::backend::cuda::{CudaDevice, CudaError};
-use crate::model::config::POSE_ENC_LEN;
+use crate::model::spec::POSE_ENC_LEN;
 
 type Result<T> = std::result::Result<T, CudaError>;
 

@@ -5,7 +5,8 @@
 use crate::attention::CpuKvCache;
 
 use super::block::{BlockSpec, TransformerBlock};
-use super::config::{AGGREGATOR_REGISTERS, ModelConfig, SPECIAL_TOKENS};
+use super::config::ModelConfig;
+use super::spec::{AGGREGATOR_REGISTERS, IMAGENET_MEAN, IMAGENET_STD, SPECIAL_TOKENS};
 use super::dino::DinoBackbone;
 use super::error::{ModelError, Result};
 use super::ops::attention::{AttentionShape, attend};
@@ -16,8 +17,6 @@ use super::weights::WeightStore;
 use std::time::Instant;
 
 /// ImageNet statistics applied inside the model (inputs arrive in [0, 1]).
-pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
-pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
 
 pub struct Aggregator {
     pub(crate) dino: DinoBackbone,

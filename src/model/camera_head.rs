@@ -3,7 +3,8 @@
 //! iteration has its own KV cache, which is never evicted (one token per frame is cheap).
 
 use super::block::{BlockSpec, TransformerBlock};
-use super::config::{ModelConfig, POSE_ENC_LEN};
+use super::config::ModelConfig;
+use super::spec::POSE_ENC_LEN;
 use super::error::Result;
 use super::loading::{layer_norm, linear};
 use super::ops::activation::{gelu_in_place, silu};

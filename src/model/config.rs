@@ -14,14 +14,6 @@ use serde::{Deserialize, Serialize};
 use super::error::{ModelError, Result};
 use super::weights::WeightStore;
 
-/// Special tokens per frame: camera, 4 registers, scale.
-pub const SPECIAL_TOKENS: usize = 6;
-/// Aggregator register tokens per frame (tokens 1..=4 of the special block).
-pub const AGGREGATOR_REGISTERS: usize = 4;
-/// DINOv2 register tokens (placed after its cls token).
-pub const DINO_REGISTERS: usize = 4;
-/// Pose encoding length: translation (3), quaternion xyzw (4), field of view h, w (2).
-pub const POSE_ENC_LEN: usize = 9;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

@@ -2,7 +2,8 @@
 //! independent here; only the aggregator mixes them.
 
 use super::block::{BlockSpec, TransformerBlock};
-use super::config::{DINO_REGISTERS, ModelConfig};
+use super::config::ModelConfig;
+use super::spec::DINO_REGISTERS;
 use super::error::{ModelError, Result};
 use super::loading::layer_norm;
 use super::ops::attention::{AttentionShape, attend};

@@ -3,7 +3,8 @@
 
 use rayon::prelude::*;
 
-use super::config::{ModelConfig, SPECIAL_TOKENS};
+use super::config::ModelConfig;
+use super::spec::SPECIAL_TOKENS;
 use super::error::Result;
 use super::loading::{ConvSpec, conv, layer_norm};
 use super::ops::conv::{Conv2d, ConvTransposeUpsample, FeatureMap};

@@ -26,6 +26,7 @@ pub mod loading;
 pub mod pose;
 pub mod preprocess;
 pub mod record;
+pub mod spec;
 pub mod stream;
 
 pub use record::Recorder;

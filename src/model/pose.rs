@@ -3,7 +3,7 @@
 //! Convention (as the reference): the decoded `[R | t]` is world-from-camera (camera-to-world),
 //! so a point in camera space maps to the world as `R · p + t`.
 
-use super::config::POSE_ENC_LEN;
+use super::spec::POSE_ENC_LEN;
 
 /// A decoded camera.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -11,7 +11,8 @@ use crate::kvcache::{CacheConfig, StepKind};
 
 use super::aggregator::{Aggregator, CallPosition};
 use super::camera_head::{CameraCache, CameraHead};
-use super::config::{ModelConfig, POSE_ENC_LEN, SPECIAL_TOKENS};
+use super::config::ModelConfig;
+use super::spec::{POSE_ENC_LEN, SPECIAL_TOKENS};
 use super::dpt_head::DptHead;
 use super::error::{ModelError, Result};
 use super::pose::{Camera, decode_pose, unproject_to_world};

@@ -6,7 +6,8 @@ use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::arena::DevPtr;
-use super::kv::{DeviceKvCache, HEAD_DIM};
+use super::kv::DeviceKvCache;
+use crate::model::spec::HEAD_DIM;
 use super::tma::KvTensorMap;
 use super::{CudaDevice, CudaError};
 

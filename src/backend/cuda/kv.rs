@@ -21,8 +21,7 @@ use super::ops::PagedKvDest;
 use super::{CudaDevice, CudaError};
 use crate::kvcache::{PageTable, StepPlan};
 
-/// Head dimension the kernels are built for.
-pub const HEAD_DIM: usize = 64;
+use crate::model::spec::HEAD_DIM;
 
 /// Shape of the device pools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,21 +13,15 @@ use half::bf16;
 
 use super::arena::DevPtr;
 use super::{CudaDevice, CudaError};
-use crate::model::ops::rope::{ROPE2D_BASE, ROPE3D_SPLIT, ROPE3D_THETA};
+use crate::model::spec::{
+    DINO_REGISTERS, HEAD_DIM, ROPE2D_BASE, ROPE2D_FREQS, ROPE3D_SPLIT, ROPE3D_THETA, SPECIAL_TOKENS,
+};
 
-/// Head dimension the q/k/v kernel is written for (16 heads x 64 in every block of the model).
-pub const HEAD_DIM: usize = 64;
-/// Special tokens in front of each frame's patches in the aggregator (camera, 4 registers, scale).
-pub const SPECIAL_TOKENS: usize = 6;
-/// DINO patch size (the stride-14 patch convolution).
+/// DINO patch size the patchify kernel is written for (the stride-14 patch convolution).
 pub const PATCH: usize = 14;
-/// DINO register tokens between cls and the patches.
-pub const DINO_REGISTERS: usize = 4;
 /// Widest row [`layer_norm`] takes (256 threads x 8 values in registers).
 pub const LAYER_NORM_MAX_COLS: usize = 2048;
 
-/// Frequencies per 32-dim half of the 2D RoPE.
-pub const ROPE2D_FREQS: usize = HEAD_DIM / 4;
 /// Pairs of the 3D RoPE per axis (temporal, row, column): 10 / 11 / 11.
 pub const ROPE3D_PAIRS: [usize; 3] = [
     ROPE3D_SPLIT[0] / 2,

@@ -8,7 +8,7 @@ use cudarc::driver::sys::{
 };
 
 use super::CudaError;
-use super::kv::HEAD_DIM;
+use crate::model::spec::HEAD_DIM;
 
 /// A `CUtensorMap` (128 bytes, 64-byte aligned) as the warp-specialised kernels take it
 /// (`const __grid_constant__ TmaDesc kv_map`).

@@ -25,7 +25,7 @@ use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache, KvGeometry};
 use crate::kvcache::{CacheConfig, PageTable, SpecialPoolConfig, StepKind};
 use crate::model::GctModel;
 use crate::model::ModelConfig;
-use crate::model::config::{POSE_ENC_LEN, SPECIAL_TOKENS};
+use crate::model::spec::{DINO_REGISTERS, POSE_ENC_LEN, SPECIAL_TOKENS};
 use crate::model::pose::{Camera, decode_pose};
 
 use super::camera_head::GpuCameraHead;
@@ -43,8 +43,6 @@ mod outputs;
 
 use device_io::{ImageStaging, upload_raw};
 
-/// DINO's register tokens (between its cls token and the patches).
-const DINO_REGISTERS: usize = 4;
 /// Step scalar slots of the page-table upload.
 const SCALAR_ROPE_FRAME: usize = 0;
 const SCALAR_CAMERA_LEN: usize = 1;

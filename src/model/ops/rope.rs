@@ -8,12 +8,7 @@
 
 use rayon::prelude::*;
 
-/// 2D RoPE frequency base.
-pub const ROPE2D_BASE: f32 = 100.0;
-/// 3D RoPE theta.
-pub const ROPE3D_THETA: f64 = 10000.0;
-/// 3D RoPE head-dim split (temporal, row, column), in dimensions.
-pub const ROPE3D_SPLIT: [usize; 3] = [20, 22, 22];
+use crate::model::spec::{ROPE2D_BASE, ROPE3D_SPLIT, ROPE3D_THETA};
 
 /// Apply 2D RoPE. `positions[t] = (row, col)` for token t.
 pub fn apply_rope_2d(x: &mut [f32], positions: &[(u32, u32)], heads: usize, head_dim: usize) {
