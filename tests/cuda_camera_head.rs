@@ -12,10 +12,12 @@ use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use streamrecon::backend::cuda::CudaDevice;
 use streamrecon::backend::cuda::arena::DevPtr;
-use streamrecon::backend::cuda::gemm::Gemm;
-use streamrecon::gpu_model::camera_head::{GpuCameraHead, SmallMOut, small_m_linear};
+use streamrecon::backend::cuda::small_m::{SmallMOut, small_m_linear};
+use streamrecon::backend::cuda::storage::{Device, DevicePlacement};
+use streamrecon::gpu_model::camera_head::GpuCameraHead;
 use streamrecon::model::ModelConfig;
 use streamrecon::model::camera_head::{CameraCache, CameraHead};
+use streamrecon::model::storage::Loader;
 use streamrecon::model::weights::{RawTensor, WeightStore};
 
 /// bf16 weights and GEMM operands, f32 accumulation and residuals.
@@ -32,7 +34,28 @@ fn device() -> Option<CudaDevice> {
 /// The camera head's parameters drawn at random, scaled so every part matters: LayerNorm
 /// weights around 1, non-zero biases, LayerScale gammas of 0.2..0.6 (not the 0.01 init, which
 /// would hide the trunk and its attention), matrices with variance 1/fan_in.
-fn random_camera_head(cfg: &ModelConfig, seed: u64) -> CameraHead {
+/// Both copies of one random head: the CPU's and the device's, loaded from the same tensors.
+struct Heads {
+    cpu: CameraHead,
+    gpu: CameraHead<Device>,
+}
+
+fn random_camera_head(dev: &CudaDevice, cfg: &ModelConfig, seed: u64) -> Heads {
+    let raw = random_camera_tensors(cfg, seed);
+    let mut store = WeightStore::from_raw("random camera head", raw.clone()).expect("store");
+    let cpu = CameraHead::load(
+        &mut Loader::new(&mut store, &mut streamrecon::model::storage::HostPlacement),
+        cfg,
+    )
+    .expect("camera head loads");
+    let mut store = WeightStore::from_raw("random camera head", raw).expect("store");
+    let mut place = DevicePlacement::new(dev);
+    let gpu = CameraHead::<Device>::load(&mut Loader::new(&mut store, &mut place), cfg)
+        .expect("camera head goes to the device");
+    Heads { cpu, gpu }
+}
+
+fn random_camera_tensors(cfg: &ModelConfig, seed: u64) -> Vec<RawTensor> {
     let mut rng = StdRng::seed_from_u64(seed);
     let raw: Vec<RawTensor> = cfg
         .parameter_shapes()
@@ -54,8 +77,7 @@ fn random_camera_head(cfg: &ModelConfig, seed: u64) -> CameraHead {
             RawTensor { name, shape, data }
         })
         .collect();
-    let mut store = WeightStore::from_raw("random camera head", raw).expect("store");
-    CameraHead::load(&mut store, cfg).expect("camera head loads")
+    raw
 }
 
 /// One call of the sequence: frames in the call, and whether they are committed (scale frames
@@ -112,8 +134,7 @@ fn cache_equal(a: &(Vec<bf16>, Vec<bf16>), b: &(Vec<bf16>, Vec<bf16>)) -> bool {
 #[allow(clippy::too_many_arguments)]
 fn run_sequence(
     dev: &CudaDevice,
-    gemm: &mut Gemm,
-    cpu: &CameraHead,
+    heads: &Heads,
     gpu: &mut GpuCameraHead,
     width: usize,
     calls: &[Call],
@@ -160,7 +181,7 @@ fn run_sequence(
 
         gpu.forward(
             dev,
-            gemm,
+            &heads.gpu,
             DevPtr::of(&tokens_dev),
             stride,
             f,
@@ -171,7 +192,8 @@ fn run_sequence(
         .expect("gpu forward");
         let got = dev.stream.clone_dtoh(&pose_dev).expect("pose read");
         let got = &got[..f * POSE];
-        let want = cpu
+        let want = heads
+            .cpu
             .forward(&camera_tokens, f, &mut cpu_cache, call.keyframe, None)
             .expect("cpu forward");
 
@@ -209,12 +231,11 @@ fn camera_head_matches_cpu_tiny() {
     let Some(dev) = device() else { return };
     let cfg = ModelConfig::tiny();
     let width = cfg.head_input_dim();
-    let cpu = random_camera_head(&cfg, 7);
-    let mut gemm = Gemm::new(&dev).expect("gemm");
+    let heads = random_camera_head(&dev, &cfg, 7);
 
     // The brief's sequence: 3 scale frames, 4 streaming frames; the cache fits exactly.
     let calls = schedule(3, 4);
-    let mut gpu = GpuCameraHead::upload(&dev, &cpu, 3, 5).expect("upload");
+    let mut gpu = GpuCameraHead::new(&dev, &heads.gpu, 3, 5).expect("upload");
     let default_splits = gpu.attention_splits();
     let mut worst = 0.0f64;
     for splits in [default_splits, 1, 5, 64] {
@@ -222,19 +243,19 @@ fn camera_head_matches_cpu_tiny() {
         // A new session on the same head: cache_len starts at 0 again (stale slots are ignored).
         let label = format!("tiny/splits {splits}");
         worst = worst.max(run_sequence(
-            &dev, &mut gemm, &cpu, &mut gpu, width, &calls, 11, &label,
+            &dev, &heads, &mut gpu, width, &calls, 11, &label,
         ));
     }
 
     // A longer session: 16 scale frames and 120 streaming frames (60 keyframes), so the
     // attention runs over ~76 keys with several rounds per split.
     let calls = schedule(16, 120);
-    let mut gpu = GpuCameraHead::upload(&dev, &cpu, 16, 76).expect("upload");
+    let mut gpu = GpuCameraHead::new(&dev, &heads.gpu, 16, 76).expect("upload");
     for splits in [gpu.attention_splits(), 4] {
         gpu.set_attention_splits(splits);
         let label = format!("tiny-long/splits {splits}");
         worst = worst.max(run_sequence(
-            &dev, &mut gemm, &cpu, &mut gpu, width, &calls, 12, &label,
+            &dev, &heads, &mut gpu, width, &calls, 12, &label,
         ));
     }
     eprintln!("tiny: worst relative error {worst:.3e}");
@@ -250,17 +271,16 @@ fn camera_head_matches_cpu_full_width() {
     let cfg = ModelConfig::default();
     let width = cfg.head_input_dim();
     assert_eq!((width, cfg.cam_heads, cfg.cam_iters), (2048, 16, 4));
-    let cpu = random_camera_head(&cfg, 21);
-    let mut gemm = Gemm::new(&dev).expect("gemm");
+    let heads = random_camera_head(&dev, &cfg, 21);
 
     let calls = schedule(3, 4);
-    let mut gpu = GpuCameraHead::upload(&dev, &cpu, 3, 5).expect("upload");
+    let mut gpu = GpuCameraHead::new(&dev, &heads.gpu, 3, 5).expect("upload");
     let mut worst = 0.0f64;
     for splits in [gpu.attention_splits(), 3] {
         gpu.set_attention_splits(splits);
         let label = format!("full/splits {splits}");
         worst = worst.max(run_sequence(
-            &dev, &mut gemm, &cpu, &mut gpu, width, &calls, 22, &label,
+            &dev, &heads, &mut gpu, width, &calls, 22, &label,
         ));
     }
     eprintln!(
@@ -271,42 +291,6 @@ fn camera_head_matches_cpu_full_width() {
         worst < TOLERANCE,
         "relative error {worst} above {TOLERANCE}"
     );
-    drop(gpu);
-
-    // Time of a streaming call against a long cache (contents irrelevant: zeros).
-    for cached in [0usize, 1_000, 10_000] {
-        let mut gpu = GpuCameraHead::upload(&dev, &cpu, 1, 10_000).expect("upload");
-        let tokens: CudaSlice<f32> = dev.stream.clone_htod(&vec![0.5f32; width]).expect("tokens");
-        let pose: CudaSlice<f32> = dev.stream.alloc_zeros(POSE).expect("pose");
-        let len: CudaSlice<u32> = dev.stream.clone_htod(&[cached as u32]).expect("len");
-        let mut step = || {
-            gpu.forward(
-                &dev,
-                &mut gemm,
-                DevPtr::of(&tokens),
-                width,
-                1,
-                DevPtr::of(&len),
-                false,
-                DevPtr::of(&pose),
-            )
-            .expect("forward")
-        };
-        step();
-        dev.stream.synchronize().expect("sync");
-        let iters = 20;
-        let t = std::time::Instant::now();
-        for _ in 0..iters {
-            step();
-        }
-        dev.stream.synchronize().expect("sync");
-        let ms = t.elapsed().as_secs_f64() * 1e3 / iters as f64;
-        eprintln!(
-            "full width streaming call, {cached} cached frames, {} splits: {ms:.3} ms \
-             (launches not graphed)",
-            gpu.attention_splits()
-        );
-    }
 }
 
 /// Exact (erf) GELU in f64, for the reference.
@@ -459,45 +443,5 @@ fn small_m_linear_matches_f64() {
             }
             eprintln!("{label}: worst f32 error / sum|products| {worst:.3e}");
         }
-    }
-
-    // Timing of the head's streaming shapes (m = 1), launches back to back.
-    for &(k, n) in &[
-        (2048usize, 6144usize),
-        (2048, 8192),
-        (8192, 2048),
-        (2048, 2048),
-    ] {
-        let w: CudaSlice<bf16> = dev.stream.alloc_zeros(n * k).expect("w");
-        let x: CudaSlice<bf16> = dev.stream.alloc_zeros(k).expect("x");
-        let y: CudaSlice<f32> = dev.stream.alloc_zeros(n).expect("y");
-        let step = || {
-            small_m_linear(
-                &dev,
-                DevPtr::of(&x),
-                k,
-                DevPtr::of(&w),
-                None,
-                SmallMOut::F32(DevPtr::of(&y)),
-                1,
-                n,
-                k,
-            )
-            .expect("small_m_linear")
-        };
-        step();
-        dev.stream.synchronize().expect("sync");
-        let iters = 50;
-        let t = std::time::Instant::now();
-        for _ in 0..iters {
-            step();
-        }
-        dev.stream.synchronize().expect("sync");
-        let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
-        eprintln!(
-            "small_m_linear m = 1, {k} -> {n}: {us:.1} us per call ({:.2} TB/s of weights, \
-             launch gaps included)",
-            (n * k * 2) as f64 / us * 1e-6
-        );
     }
 }

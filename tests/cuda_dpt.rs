@@ -11,17 +11,19 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::{Distribution, Normal};
 use streamrecon::backend::cuda::CudaDevice;
 use streamrecon::backend::cuda::arena::DevPtr;
-use streamrecon::backend::cuda::conv::{self, DeviceConv, DeviceConvTranspose, Nhwc};
+use streamrecon::backend::cuda::conv::{self, Nhwc};
 use streamrecon::backend::cuda::gemm::Gemm;
+use streamrecon::backend::cuda::storage::{Device, DevicePlacement};
 use streamrecon::gpu_model::dpt_head::GpuDptHead;
 use streamrecon::gpu_model::unproject::PointCompactor;
 use streamrecon::model::ModelConfig;
-use streamrecon::model::spec::{POSE_ENC_LEN, SPECIAL_TOKENS};
 use streamrecon::model::dpt_head::DptHead;
 use streamrecon::model::ops::conv::{Conv2d, ConvTransposeUpsample, FeatureMap};
 use streamrecon::model::ops::norm::LayerNorm;
 use streamrecon::model::ops::resize::bilinear_align_corners;
 use streamrecon::model::pose::{decode_pose, unproject_to_world};
+use streamrecon::model::spec::{POSE_ENC_LEN, SPECIAL_TOKENS};
+use streamrecon::model::storage::{HostPlacement, Loader};
 use streamrecon::model::weights::{RawTensor, WeightStore};
 use streamrecon::pipeline::frame::{PointFilter, filter_points};
 
@@ -135,7 +137,8 @@ fn conv_blocks_match_cpu() {
     ] {
         let c = random_conv(&mut rng, cin, cout, ksp, bias);
         let x = random_map(&mut rng, cin, h, w);
-        let dc = DeviceConv::upload(&dev, &c).expect("upload conv");
+        let dc = DevicePlacement::new(&dev).conv2d(&c).expect("upload conv");
+        dc.check().expect("a conv the kernels implement");
         let xd = upload_map(&dev, &x);
         for relu in [false, true] {
             if relu && ksp.0 == 1 {
@@ -195,7 +198,10 @@ fn conv_transpose_matches_cpu() {
         };
         let x = random_map(&mut rng, cin, h, w);
         let want = t.forward(&x);
-        let dt = DeviceConvTranspose::upload(&dev, &t).expect("upload");
+        let dt = DevicePlacement::new(&dev)
+            .conv_transpose(&t)
+            .expect("upload");
+        let bias = dt.tiled_bias(&dev).expect("tiled bias");
         let xd = upload_map(&dev, &x);
         let tmp = alloc(&dev, dt.tmp_for(h, w));
         let y = alloc(&dev, want.data.len());
@@ -203,6 +209,7 @@ fn conv_transpose_matches_cpu() {
             .forward(
                 &dev,
                 &mut gemm,
+                DevPtr::of(&bias),
                 DevPtr::of(&xd),
                 h,
                 w,
@@ -359,7 +366,7 @@ fn layer_norm_and_adds_match_cpu() {
 
 /// A store with every `depth_head.*` parameter of `cfg`: convs ~ N(0, 1/fan_in), biases
 /// ~ N(0, 0.1), the LayerNorm's weight ~ 1 + N(0, 0.1) (non-trivial, unlike `random_store`).
-fn random_head(cfg: &ModelConfig, seed: u64) -> DptHead {
+fn random_head_tensors(cfg: &ModelConfig, seed: u64) -> Vec<RawTensor> {
     let mut rng = StdRng::seed_from_u64(seed);
     let raw: Vec<RawTensor> = cfg
         .parameter_shapes()
@@ -378,8 +385,22 @@ fn random_head(cfg: &ModelConfig, seed: u64) -> DptHead {
             RawTensor { name, shape, data }
         })
         .collect();
-    let mut store = WeightStore::from_raw("random depth head", raw).expect("store");
-    DptHead::load(&mut store, cfg).expect("head loads")
+    raw
+}
+
+fn random_head(cfg: &ModelConfig, seed: u64) -> DptHead {
+    let mut store =
+        WeightStore::from_raw("random depth head", random_head_tensors(cfg, seed)).expect("store");
+    DptHead::load(&mut Loader::new(&mut store, &mut HostPlacement), cfg).expect("head loads")
+}
+
+/// The same head as [`random_head`], loaded onto the device.
+fn random_device_head(dev: &CudaDevice, cfg: &ModelConfig, seed: u64) -> DptHead<Device> {
+    let mut store =
+        WeightStore::from_raw("random depth head", random_head_tensors(cfg, seed)).expect("store");
+    let mut place = DevicePlacement::new(dev);
+    DptHead::<Device>::load(&mut Loader::new(&mut store, &mut place), cfg)
+        .expect("head goes to the device")
 }
 
 /// The whole head on one frame (the second of two, to exercise the frame offset) vs the CPU.
@@ -430,7 +451,8 @@ fn head_case(cfg: &ModelConfig, height: usize, width: usize, seed: u64) {
         let all = DevPtr::of(&tap_bufs[i]);
         all.slice(f * p * stride, p * stride).expect("frame slice")
     });
-    let mut gpu = GpuDptHead::upload(&dev, &head, height, width).expect("upload head");
+    let device_head = random_device_head(&dev, cfg, seed);
+    let mut gpu = GpuDptHead::new(&dev, &device_head, height, width).expect("head buffers");
     assert_eq!(gpu.tokens_per_frame(), p);
     let depth = dev.stream.alloc_zeros::<f32>(plane).expect("depth");
     let conf = dev.stream.alloc_zeros::<f32>(plane).expect("conf");
@@ -439,6 +461,7 @@ fn head_case(cfg: &ModelConfig, height: usize, width: usize, seed: u64) {
         gpu.forward(
             &dev,
             &mut gemm,
+            &device_head,
             tap_ptrs,
             stride,
             DevPtr::of(&depth),

@@ -16,7 +16,7 @@ use streamrecon::backend::cuda::CudaError;
 use streamrecon::gpu_model::engine::{GpuModel, GpuStepOutput, SessionConfig};
 use streamrecon::gpu_model::transformer::GeluMode;
 use streamrecon::model::weights::WeightStore;
-use streamrecon::model::{GctModel, ModelConfig, StepOutput};
+use streamrecon::model::{GctModel, ModelConfig, ModelError, StepOutput};
 use streamrecon::pipeline::frame::{PointFilter, filter_points};
 
 /// bf16 weights and activations against f32: the bound is about 2e-2 relative.
@@ -38,10 +38,12 @@ fn gpu_present() -> bool {
     }
 }
 
-fn gpu_model(cpu: &Arc<GctModel>) -> Option<GpuModel> {
-    match GpuModel::new(Arc::clone(cpu), 0) {
+/// The GPU model of `cfg` streamed from `store` (a second store of the same weights as the CPU
+/// model's: each load consumes one).
+fn gpu_model(cfg: &ModelConfig, store: WeightStore) -> Option<GpuModel> {
+    match GpuModel::load(cfg.clone(), store, 0) {
         Ok(m) => Some(m),
-        Err(CudaError::Unavailable(why)) => {
+        Err(ModelError::Gpu(CudaError::Unavailable(why))) => {
             eprintln!("skipped: {why}");
             None
         }
@@ -163,9 +165,11 @@ fn fixture_scenario(scenario: &str) {
         })
         .collect();
     let (_, images) = read_images(&sdir.join("inputs.safetensors"));
-    let store = WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
-    let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
-    let Some(gpu) = gpu_model(&cpu) else { return };
+    let open = || WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
+    let cpu = Arc::new(GctModel::from_store(cfg.clone(), open()).expect("model"));
+    let Some(gpu) = gpu_model(&cfg, open()) else {
+        return;
+    };
     let mut graphed = gpu
         .start(session_config(h, w, &cfg, true))
         .expect("session");
@@ -232,9 +236,11 @@ fn full_size_random_weights_match_cpu() {
         window: 2,
         ..ModelConfig::default()
     };
-    let store = streamrecon::model::weights::random::random_store(&cfg, 7).expect("weights");
-    let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
-    let Some(gpu) = gpu_model(&cpu) else { return };
+    let open = || streamrecon::model::weights::random::random_store(&cfg, 7).expect("weights");
+    let cpu = Arc::new(GctModel::from_store(cfg.clone(), open()).expect("model"));
+    let Some(gpu) = gpu_model(&cfg, open()) else {
+        return;
+    };
     let (h, w) = (112, 168);
     let plane = 3 * h * w;
     let images: Vec<f32> = (0..6 * plane)
@@ -276,9 +282,10 @@ fn bad_calls_are_errors_and_leave_the_stream_intact() {
         return;
     }
     let cfg = ModelConfig::tiny();
-    let store = streamrecon::model::weights::random::random_store(&cfg, 1).expect("weights");
-    let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
-    let Some(gpu) = gpu_model(&cpu) else { return };
+    let open = || streamrecon::model::weights::random::random_store(&cfg, 1).expect("weights");
+    let Some(gpu) = gpu_model(&cfg, open()) else {
+        return;
+    };
     let (h, w) = (42, 56);
     let plane = 3 * h * w;
     assert!(gpu.start(session_config(40, 56, &cfg, true)).is_err());
@@ -309,9 +316,10 @@ fn dense_baseline_matches_paged() {
     let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
     let (shape, images) = read_images(&sdir.join("inputs.safetensors"));
     let (h, w) = (shape[3], shape[4]);
-    let store = WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
-    let cpu = Arc::new(GctModel::from_store(cfg.clone(), store).expect("model"));
-    let Some(gpu) = gpu_model(&cpu) else { return };
+    let open = || WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
+    let Some(gpu) = gpu_model(&cfg, open()) else {
+        return;
+    };
     let mut paged = gpu
         .start(session_config(h, w, &cfg, true))
         .expect("session");
@@ -356,11 +364,9 @@ fn frame_model_session_hands_over_filtered_points() {
     let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
     let (shape, images) = read_images(&sdir.join("inputs.safetensors"));
     let (h, w) = (shape[3], shape[4]);
-    let load = || {
-        let store = WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
-        GctModel::from_store(cfg.clone(), store).expect("model")
-    };
-    let gpu = match GpuFrameModel::new(load(), 0) {
+    let open = || WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
+    let load = || GctModel::from_store(cfg.clone(), open()).expect("model");
+    let gpu = match GpuFrameModel::load(cfg.clone(), open(), 0) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("skipped: {e}");

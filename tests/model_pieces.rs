@@ -17,8 +17,10 @@ fn fixture_dir() -> Option<PathBuf> {
 #[test]
 fn dino_position_table_matches_reference_bicubic_antialias() {
     let Some(dir) = fixture_dir() else { return };
-    let derived = WeightStore::load(&dir.join("derived.safetensors")).expect("derived loads");
-    let want = derived.get("dino_pos_embed_interp").expect("table present");
+    let mut derived = WeightStore::load(&dir.join("derived.safetensors")).expect("derived loads");
+    let want = derived
+        .read("dino_pos_embed_interp")
+        .expect("table present");
     let model =
         GctModel::load(ModelConfig::tiny(), &dir.join("weights.safetensors")).expect("model");
     // Fixture images are 42×56: a 3×4 patch grid resized from the stored 5×5 grid.

@@ -147,12 +147,13 @@ fn weights_of_another_size_are_named_plainly() {
     let tmp = tempfile::tempdir().expect("tempdir");
     // A safetensors file with the tiny names but a wider camera token.
     let mut tensors = Vec::new();
-    let store = streamrecon::model::weights::WeightStore::load(&dir.join("weights.safetensors"))
-        .expect("loads");
+    let mut store =
+        streamrecon::model::weights::WeightStore::load(&dir.join("weights.safetensors"))
+            .expect("loads");
     let mut names: Vec<String> = store.names().map(str::to_owned).collect();
     names.sort();
     for name in &names {
-        let t = store.get(name).expect("present");
+        let t = store.read(name).expect("present");
         let (shape, data) = if name == "aggregator.camera_token" {
             (vec![1, 2, 1, 256], vec![0.0f32; 512])
         } else {
@@ -195,12 +196,12 @@ fn frame_feeder_reproduces_the_reference_one_frame_at_a_time() {
     let Some(dir) = fixture_dir() else { return };
     let cfg = ModelConfig::from_json_file(&dir.join("kf2/config.json")).expect("config");
     let model = GctModel::load(cfg.clone(), &dir.join("weights.pt")).expect("model");
-    let inputs = WeightStore::load(&dir.join("kf2/inputs.safetensors")).expect("inputs");
+    let mut inputs = WeightStore::load(&dir.join("kf2/inputs.safetensors")).expect("inputs");
     let outputs = streamrecon::model::weights::safetensors_file::read_safetensors_any(
         &dir.join("kf2/outputs.safetensors"),
     )
     .expect("outputs");
-    let images = inputs.get("images").expect("images");
+    let images = inputs.read("images").expect("images");
     let want: Vec<f32> = outputs
         .iter()
         .find(|(name, _, _)| name == "pose_enc")

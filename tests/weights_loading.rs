@@ -16,15 +16,16 @@ fn fixture_dir() -> Option<PathBuf> {
 #[test]
 fn pt_and_safetensors_give_identical_tensors() {
     let Some(dir) = fixture_dir() else { return };
-    let st = WeightStore::load(&dir.join("weights.safetensors")).expect("safetensors loads");
-    let pt = WeightStore::load(&dir.join("weights.pt")).expect(".pt loads");
+    let mut st = WeightStore::load(&dir.join("weights.safetensors")).expect("safetensors loads");
+    let mut pt = WeightStore::load(&dir.join("weights.pt")).expect(".pt loads");
     assert_eq!(st.len(), pt.len());
     assert!(st.len() > 300);
-    for name in st.names() {
-        let a = st.get(name).expect("present");
+    let names: Vec<String> = st.names().map(str::to_owned).collect();
+    for name in &names {
+        let a = st.read(name).expect("present");
         let b = pt
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} missing from .pt"));
+            .read(name)
+            .unwrap_or_else(|e| panic!("{name} missing from .pt: {e}"));
         assert_eq!(a.shape, b.shape, "{name}");
         assert_eq!(a.data, b.data, "{name}");
     }

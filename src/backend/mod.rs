@@ -4,6 +4,7 @@
 //! anything is missing, the caller gets [`Backend::Cpu`] together with the reason in words.
 
 pub mod cuda;
+pub mod load;
 pub mod reference;
 
 /// Where the model's heavy work runs.

@@ -5,7 +5,6 @@
 //! run), device memory, and the host's share of each frame.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -16,7 +15,7 @@ use crate::backend::cuda::AttentionKernel;
 use crate::backend::cuda::gemm::Tuning;
 use crate::gpu_model::engine::{DeviceMemory, GpuModel, SessionConfig};
 use crate::gpu_model::transformer::GeluMode;
-use crate::model::{GctModel, ModelConfig};
+use crate::model::ModelConfig;
 
 /// Options of `bench e2e` (flags of `streamrecon bench`).
 #[derive(Debug, Clone)]
@@ -199,11 +198,9 @@ pub fn run(args: &E2eArgs) -> anyhow::Result<()> {
     let setup = Instant::now();
     eprintln!("bench e2e: building random {} weights…", args.preset);
     let store = crate::model::weights::random::random_store(&cfg, 0)?;
-    let cpu = GctModel::from_store(cfg.clone(), store)?;
     eprintln!("bench e2e: uploading to GPU {}…", args.device);
-    let model = GpuModel::new(Arc::new(cpu), args.device)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .context("bench e2e needs a CUDA GPU")?;
+    let model =
+        GpuModel::load(cfg.clone(), store, args.device).context("bench e2e needs a CUDA GPU")?;
     let mut sc = SessionConfig::new(height, width);
     sc.window = cfg.window;
     sc.max_frames = committed_max + 1;
@@ -432,7 +429,7 @@ fn print_table(r: &Report) {
         "| device memory: KV {:.2} GiB, arena {:.2} GiB, aggregator weights {:.2} GiB, camera cache {:.2} GiB | used {} |",
         gib(m.kv_bytes),
         gib(m.arena_bytes),
-        gib(m.aggregator_weight_bytes),
+        gib(m.weight_bytes),
         gib(m.camera_cache_bytes),
         r.device_memory_used_bytes
             .map(|b| format!("{:.2} GiB", gib(b)))

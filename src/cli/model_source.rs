@@ -1,12 +1,15 @@
-//! Building the model from the command line's `--weights` / `--random-weights` / `--model-config`
-//! (shared by `run` and `view`, which differ only in what they do when nothing is given).
+//! `--weights` / `--random-weights` / `--model-config` / `--backend` turned into the library's
+//! [`ModelRequest`] (shared by `run` and `view`, which differ only in what they do when nothing
+//! is given), and the model loaded with the reason for a CPU fallback said once on stderr.
 
 use std::path::Path;
 
-use anyhow::{Context, bail};
+use crate::backend::load::{ModelRequest, RandomPreset, Weights, load_frame_model};
+use crate::model::ModelConfig;
+use crate::pipeline::FrameModel;
+use std::sync::Arc;
 
-use crate::model::weights::WeightStore;
-use crate::model::{GctModel, ModelConfig};
+use super::backend_choice::BackendArg;
 
 /// `--model-config FILE`, when given.
 pub fn config_file(path: Option<&Path>) -> anyhow::Result<Option<ModelConfig>> {
@@ -14,23 +17,38 @@ pub fn config_file(path: Option<&Path>) -> anyhow::Result<Option<ModelConfig>> {
 }
 
 /// Seeded random weights of `preset` (`full` or `tiny`), or of the given config's sizes.
-pub fn random_model(preset: &str, config: Option<ModelConfig>) -> anyhow::Result<GctModel> {
-    let cfg = match (preset, config) {
-        (_, Some(c)) => c,
-        ("tiny", None) => ModelConfig::tiny(),
-        ("full", None) => ModelConfig::default(),
-        (other, None) => bail!("unknown --random-weights preset `{other}` (use full or tiny)"),
-    };
-    let store = crate::model::weights::random::random_store(&cfg, 0)?;
-    Ok(GctModel::from_store(cfg, store)?)
+pub fn random(
+    preset: &str,
+    config: Option<ModelConfig>,
+    backend: BackendArg,
+) -> anyhow::Result<ModelRequest> {
+    Ok(ModelRequest {
+        weights: Weights::Random(RandomPreset::parse(preset)?),
+        config,
+        backend: backend.into(),
+        device: 0,
+    })
 }
 
 /// A checkpoint file; without a config every size the tensors fix comes from the weights.
-pub fn checkpoint_model(path: &Path, config: Option<ModelConfig>) -> anyhow::Result<GctModel> {
-    let store = WeightStore::load(path).with_context(|| format!("loading {}", path.display()))?;
-    let cfg = match config {
-        Some(c) => c,
-        None => ModelConfig::default().infer_from_weights(&store)?,
+pub fn checkpoint(path: &Path, config: Option<ModelConfig>, backend: BackendArg) -> ModelRequest {
+    ModelRequest {
+        weights: Weights::File(path.to_owned()),
+        config,
+        backend: backend.into(),
+        device: 0,
+    }
+}
+
+/// Loads `req`, saying on stderr why the GPU is not used when `auto` fell back to the CPU.
+pub fn load(req: &ModelRequest) -> anyhow::Result<Arc<dyn FrameModel>> {
+    let loaded = match &req.weights {
+        Weights::File(path) => load_frame_model(req)
+            .map_err(|e| anyhow::Error::new(e).context(format!("loading {}", path.display())))?,
+        Weights::Random(_) => load_frame_model(req)?,
     };
-    Ok(GctModel::from_store(cfg, store)?)
+    if let Some(why) = &loaded.cuda_unavailable {
+        eprintln!("CUDA unavailable ({why}); running the model on the CPU");
+    }
+    Ok(loaded.model)
 }

@@ -280,22 +280,22 @@ fn pipeline_config(args: &RunArgs) -> anyhow::Result<PipelineConfig> {
 
 fn load_model(args: &RunArgs) -> anyhow::Result<Arc<dyn FrameModel>> {
     let config = model_source::config_file(args.model_config.as_deref())?;
-    let model = match (&args.random_weights, &args.weights) {
+    let request = match (&args.random_weights, &args.weights) {
         (Some(_), Some(_)) => bail!("give either --weights or --random-weights, not both"),
-        (Some(preset), None) => model_source::random_model(preset, config)?,
+        (Some(preset), None) => model_source::random(preset, config, args.backend)?,
         (None, Some(path)) => {
             let path = if path.as_os_str() == "hf" {
                 crate::model::weights::hub::download_default()?
             } else {
                 path.clone()
             };
-            model_source::checkpoint_model(&path, config)?
+            model_source::checkpoint(&path, config, args.backend)
         }
         (None, None) => bail!(
             "no model: give --weights FILE (or `hf`) with --model-config, or --random-weights full|tiny"
         ),
     };
-    super::backend_choice::frame_model(model, args.backend)
+    model_source::load(&request)
 }
 
 fn prepare_session_dir(out: &Path) -> anyhow::Result<()> {

@@ -476,15 +476,12 @@ fn load_model(args: &ViewArgs) -> anyhow::Result<(Arc<dyn FrameModel>, Option<St
     let config = model_source::config_file(args.model_config.as_deref())?;
     let random =
         |preset: &str, why: &str| -> anyhow::Result<(Arc<dyn FrameModel>, Option<String>)> {
-            let model = model_source::random_model(preset, config.clone())?;
+            let request = model_source::random(preset, config.clone(), args.backend)?;
             let notice = format!(
                 "RANDOM WEIGHTS ({preset} model): {why}. The geometry shown is meaningless; \
              pass --weights FILE for a real reconstruction."
             );
-            Ok((
-                super::backend_choice::frame_model(model, args.backend)?,
-                Some(notice),
-            ))
+            Ok((model_source::load(&request)?, Some(notice)))
         };
     if let Some(preset) = &args.random_weights {
         if args.weights.is_some() {
@@ -502,11 +499,8 @@ fn load_model(args: &ViewArgs) -> anyhow::Result<(Arc<dyn FrameModel>, Option<St
             Err(e) => return random("tiny", &format!("no checkpoint ({e})")),
         },
     };
-    let model = model_source::checkpoint_model(&path, config)?;
-    Ok((
-        super::backend_choice::frame_model(model, args.backend)?,
-        None,
-    ))
+    let request = model_source::checkpoint(&path, config, args.backend);
+    Ok((model_source::load(&request)?, None))
 }
 
 /// Loads the model, runs the pipeline and relays between it and the window until either ends.

@@ -7,28 +7,33 @@
 //! Activations and the residual stream are f32; matrix-product inputs bf16.
 //!
 //! Every matrix product has one row per frame (m = 1 in streaming), so none goes through cuBLASLt:
-//! `cam_linear_*` (kernels/camera_head.cu) streams the bf16 weights over all SMs, one warp per
-//! output column, and fuses what surrounds each layer: the LayerNorm before it (prologue), the
+//! the small-m linear layer (`backend::cuda::small_m`, kernels/camera_head.cu's `cam_linear_*`)
+//! streams the bf16 weights over all SMs, one warp per output column, and fuses what surrounds
+//! each layer: the LayerNorm before it (prologue), the
 //! bias, GELU, residual, modulation, K/V cache append or the pose branch's last layer after it
 //! (epilogue). A call launches `1 + iterations x (2 + 5 x blocks)` kernels (89 at full size).
 //!
 //! The cache `[iteration][layer][capacity][heads][head_dim]` (K and V, bf16) is allocated once in
-//! [`GpuCameraHead::upload`] and never evicted. The number of committed frames is a device `u32`
+//! [`GpuCameraHead::new`] and never evicted. The number of committed frames is a device `u32`
 //! the caller uploads before each step: everything here may be captured into a CUDA graph (no
 //! allocation, no host sync, no per-frame launch scalar; the kernels' completion counters reset
 //! themselves).
 
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use crate::backend::cuda::arena::DevPtr;
-use crate::backend::cuda::gemm::Gemm;
+use crate::backend::cuda::small_m::{
+    EPI_BF16, EPI_BF16_GELU, EPI_BRANCH, EPI_MODULATE, EPI_RESID, LIN_MAX_TILE, LIN_SMEM_LIMIT,
+    LIN_WARPS, LinArgs, PRO_EMBED, PRO_LN, launch_linear, lin_name, lin_resident_ctas, lin_tile,
+    u32_of,
+};
 use crate::backend::cuda::{CudaDevice, CudaError};
-use crate::model::block::TransformerBlock;
 use crate::model::camera_head::CameraHead;
 use crate::model::spec::POSE_ENC_LEN;
-use crate::model::ops::linear::Linear;
-use crate::model::ops::norm::LayerNorm;
+
+use crate::backend::cuda::storage::{Device, DeviceLinear, DeviceNorm};
+use crate::model::block::TransformerBlock;
 
 /// Threads of `cam_token_norm` for widths up to 2048 (8 values per thread, in registers).
 const TOKEN_NORM_THREADS: usize = 256;
@@ -44,105 +49,8 @@ const MAX_SPLITS: usize = 64;
 /// it saves).
 const MIN_KEYS_PER_SPLIT: usize = 4;
 
-/// Warps per CTA of the linear kernel (its `LIN_WARPS`); a warp owns one column group.
-const LIN_WARPS: usize = 8;
-const LIN_THREADS: u32 = 32 * LIN_WARPS as u32;
-/// Largest row tile of the linear kernel (its entry points are for 1, 2, 4 and 8 rows).
-const LIN_MAX_TILE: usize = 8;
-/// Shared memory a prologue may use for its x tile (tile x k bf16) without opting in to more.
-const LIN_SMEM_LIMIT: usize = 48 * 1024;
 /// Floats per CTA in the pose branch's partial sums (8 rows x 9 outputs).
 const BRANCH_PART: usize = LIN_MAX_TILE * POSE_ENC_LEN;
-
-// The linear kernel's prologues and epilogues (LIN_PRO_* / LIN_EPI_* in camera_head.cu).
-const PRO_NONE: u32 = 0;
-const PRO_LN: u32 = 1;
-const PRO_EMBED: u32 = 2;
-const EPI_F32: u32 = 0;
-const EPI_BF16: u32 = 1;
-const EPI_BF16_GELU: u32 = 2;
-const EPI_RESID: u32 = 3;
-const EPI_MODULATE: u32 = 4;
-const EPI_BRANCH: u32 = 5;
-
-/// The linear kernel's argument (`LinArgs` in kernels/camera_head.cu, field for field: 24
-/// addresses, then 16 32-bit values; 256 bytes). Null addresses are unused.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct LinArgs {
-    x: u64,
-    w: u64,
-    bias: u64,
-    src: u64,
-    nw: u64,
-    nb: u64,
-    pose: u64,
-    ew: u64,
-    eb: u64,
-    out_f32: u64,
-    out_bf16: u64,
-    h: u64,
-    gamma: u64,
-    mx: u64,
-    mxn: u64,
-    cache_k: u64,
-    cache_v: u64,
-    cache_len: u64,
-    bw: u64,
-    bb: u64,
-    part: u64,
-    counter: u64,
-    raw: u64,
-    pose_out: u64,
-    rows: u32,
-    n: u32,
-    k: u32,
-    x_stride: u32,
-    prologue: u32,
-    epilogue: u32,
-    eps: f32,
-    pose_stride: u32,
-    capacity: u32,
-    width: u32,
-    append: u32,
-    first: u32,
-    groups: u32,
-    group_stride: u32,
-    pad0: u32,
-    pad1: u32,
-}
-
-const _: () = assert!(size_of::<LinArgs>() == 256);
-
-// SAFETY: LinArgs is repr(C), plain integers and floats, laid out as the kernel's struct.
-unsafe impl DeviceRepr for LinArgs {}
-
-/// A LayerNorm's affine parameters on the device (either may be absent).
-struct DevNorm {
-    weight: Option<CudaSlice<f32>>,
-    bias: Option<CudaSlice<f32>>,
-    eps: f32,
-}
-
-/// A linear layer: bf16 weight `[out][in]`, f32 bias.
-struct DevLinear {
-    weight: CudaSlice<bf16>,
-    bias: Option<CudaSlice<f32>>,
-    out_features: usize,
-    in_features: usize,
-}
-
-/// One trunk block (pre-norm, no qk-norm, no RoPE, LayerScale).
-struct DevBlock {
-    norm1: DevNorm,
-    qkv: DevLinear,
-    proj: DevLinear,
-    ls1: CudaSlice<f32>,
-    norm2: DevNorm,
-    fc1: DevLinear,
-    fc2: DevLinear,
-    ls2: CudaSlice<f32>,
-}
 
 /// Per-call activations, sized for `max_frames` rows.
 struct Scratch {
@@ -169,29 +77,19 @@ struct Scratch {
     branch_counters: CudaSlice<u32>,
 }
 
-/// The camera head's weights, cache and scratch on one GPU.
+/// A session's camera head on one GPU: its K/V cache, scratch and launch shapes (the weights
+/// are the model's [`CameraHead<Device>`], uploaded once with it and passed to each call).
 pub struct GpuCameraHead {
     width: usize,
     heads: usize,
     head_dim: usize,
     iterations: usize,
+    layers: usize,
     max_frames: usize,
     capacity: usize,
     splits: usize,
     /// Resident CTAs of the linear kernel on the whole GPU, `[nc3][log2 tile]`.
     lin_resident: [[usize; 4]; 2],
-
-    token_norm: DevNorm,
-    adaptive_eps: f32,
-    empty_pose: CudaSlice<f32>,
-    embed_weight: CudaSlice<f32>,
-    embed_bias: Option<CudaSlice<f32>>,
-    modulation: DevLinear,
-    trunk: Vec<DevBlock>,
-    trunk_norm: DevNorm,
-    branch_fc1: DevLinear,
-    branch_fc2_weight: CudaSlice<f32>,
-    branch_fc2_bias: Option<CudaSlice<f32>>,
 
     cache_k: CudaSlice<bf16>,
     cache_v: CudaSlice<bf16>,
@@ -202,127 +100,11 @@ fn invalid(msg: impl Into<String>) -> CudaError {
     CudaError::Invalid(msg.into())
 }
 
-fn upload_f32(dev: &CudaDevice, v: &[f32]) -> Result<CudaSlice<f32>, CudaError> {
-    if v.is_empty() {
-        return Ok(dev.stream.alloc_zeros::<f32>(1)?);
-    }
-    Ok(dev.stream.clone_htod(v)?)
-}
-
-fn upload_bf16(dev: &CudaDevice, v: &[f32]) -> Result<CudaSlice<bf16>, CudaError> {
-    let host: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
-    if host.is_empty() {
-        return Ok(dev.stream.alloc_zeros::<bf16>(1)?);
-    }
-    Ok(dev.stream.clone_htod(&host)?)
-}
-
 fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
     dev: &CudaDevice,
     len: usize,
 ) -> Result<CudaSlice<T>, CudaError> {
     Ok(dev.stream.alloc_zeros::<T>(len.max(1))?)
-}
-
-fn check_vec(v: &[f32], len: usize, what: &str) -> Result<(), CudaError> {
-    if v.len() != len {
-        return Err(invalid(format!(
-            "camera head {what}: {} values, expected {len}",
-            v.len()
-        )));
-    }
-    Ok(())
-}
-
-fn upload_norm(
-    dev: &CudaDevice,
-    n: &LayerNorm,
-    dim: usize,
-    what: &str,
-) -> Result<DevNorm, CudaError> {
-    if n.dim != dim {
-        return Err(invalid(format!(
-            "camera head {what}: normalises {} values, expected {dim}",
-            n.dim
-        )));
-    }
-    let weight = match &n.weight {
-        Some(w) => {
-            check_vec(w, dim, what)?;
-            Some(upload_f32(dev, w)?)
-        }
-        None => None,
-    };
-    let bias = match &n.bias {
-        Some(b) => {
-            check_vec(b, dim, what)?;
-            Some(upload_f32(dev, b)?)
-        }
-        None => None,
-    };
-    Ok(DevNorm {
-        weight,
-        bias,
-        eps: n.eps,
-    })
-}
-
-fn check_linear(l: &Linear, out: usize, inp: usize, what: &str) -> Result<(), CudaError> {
-    if l.out_features != out || l.in_features != inp || l.weight.len() != out * inp {
-        return Err(invalid(format!(
-            "camera head {what}: {}x{} ({} weights), expected {out}x{inp}",
-            l.out_features,
-            l.in_features,
-            l.weight.len()
-        )));
-    }
-    if let Some(b) = &l.bias {
-        check_vec(b, out, what)?;
-    }
-    Ok(())
-}
-
-fn upload_linear(
-    dev: &CudaDevice,
-    l: &Linear,
-    out: usize,
-    inp: usize,
-    what: &str,
-) -> Result<DevLinear, CudaError> {
-    check_linear(l, out, inp, what)?;
-    Ok(DevLinear {
-        weight: upload_bf16(dev, &l.weight)?,
-        bias: l.bias.as_deref().map(|b| upload_f32(dev, b)).transpose()?,
-        out_features: out,
-        in_features: inp,
-    })
-}
-
-fn upload_block(
-    dev: &CudaDevice,
-    b: &TransformerBlock,
-    width: usize,
-    hidden: usize,
-    j: usize,
-) -> Result<DevBlock, CudaError> {
-    if b.qk_norm.is_some() {
-        return Err(invalid(format!(
-            "camera head trunk block {j} has qk-norm, which the camera head never uses"
-        )));
-    }
-    check_vec(&b.ls1, width, "ls1")?;
-    check_vec(&b.ls2, width, "ls2")?;
-    let name = |part: &str| format!("trunk.{j}.{part}");
-    Ok(DevBlock {
-        norm1: upload_norm(dev, &b.norm1, width, &name("norm1"))?,
-        qkv: upload_linear(dev, &b.qkv, 3 * width, width, &name("qkv"))?,
-        proj: upload_linear(dev, &b.proj, width, width, &name("proj"))?,
-        ls1: upload_f32(dev, &b.ls1)?,
-        norm2: upload_norm(dev, &b.norm2, width, &name("norm2"))?,
-        fc1: upload_linear(dev, &b.fc1, hidden, width, &name("fc1"))?,
-        fc2: upload_linear(dev, &b.fc2, width, hidden, &name("fc2"))?,
-        ls2: upload_f32(dev, &b.ls2)?,
-    })
 }
 
 /// Key splits per (query, head): enough CTAs for about eight per SM in streaming (one query; a
@@ -351,10 +133,6 @@ fn opt_ptr<T>(s: &Option<CudaSlice<T>>) -> u64 {
     s.as_ref().map_or(0, ptr)
 }
 
-fn u32_of(v: usize, what: &str) -> Result<u32, CudaError> {
-    u32::try_from(v).map_err(|_| invalid(format!("camera head: {what} = {v} exceeds u32")))
-}
-
 /// Launches `name` with `args` in order.
 ///
 /// # Safety
@@ -380,189 +158,21 @@ unsafe fn launch(
     Ok(())
 }
 
-/// Row tile of the linear kernel for `rows` rows: the smallest entry point (1, 2, 4, 8 rows)
-/// that holds them, smaller when a prologue's x tile (tile x k bf16) would not fit in shared
-/// memory.
-fn lin_tile(rows: usize, k: usize, prologue: bool) -> Result<usize, CudaError> {
-    let mut tile = rows.max(1).next_power_of_two().min(LIN_MAX_TILE);
-    if prologue {
-        while tile > 1 && tile * k * 2 > LIN_SMEM_LIMIT {
-            tile /= 2;
-        }
-        if k * 2 > LIN_SMEM_LIMIT {
-            return Err(invalid(format!(
-                "camera head linear: a {k}-wide input row does not fit in shared memory"
-            )));
-        }
-    }
-    Ok(tile)
-}
-
-fn lin_name(nc3: bool, tile: usize) -> &'static str {
-    match (nc3, tile) {
-        (false, 1) => "cam_linear_m1",
-        (false, 2) => "cam_linear_m2",
-        (false, 4) => "cam_linear_m4",
-        (false, _) => "cam_linear_m8",
-        (true, 1) => "cam_linear3_m1",
-        (true, 2) => "cam_linear3_m2",
-        (true, 4) => "cam_linear3_m4",
-        (true, _) => "cam_linear3_m8",
-    }
-}
-
-/// CTAs of the linear kernel `name` resident on the whole GPU with `smem` bytes each.
-fn lin_resident_ctas(dev: &CudaDevice, name: &str, smem: usize) -> Result<usize, CudaError> {
-    let f = dev.kernels.get(name)?;
-    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(LIN_THREADS, smem, None)?;
-    Ok((per_sm.max(1) * dev.info.sm_count.max(1)) as usize)
-}
-
-/// CTAs along x for `groups` column groups: one group per warp when they all fit at once, else
-/// the fewest waves of resident CTAs, evened out so every warp walks the same number of groups.
-fn lin_grid_x(groups: usize, resident: usize) -> usize {
-    let needed = groups.div_ceil(LIN_WARPS).max(1);
-    let waves = needed.div_ceil(resident.max(1));
-    needed.div_ceil(waves)
-}
-
-/// Launches the linear kernel for `a` (everything but `groups`/`group_stride` filled in; NC = 3
-/// column groups for the modulation, else 1). `resident` gives the resident CTAs of the entry
-/// point for a tile (None: ask the driver).
-///
-/// # Safety
-/// Every address in `a` must point at a live buffer as large as the launch reads or writes for
-/// `a.rows`, `a.n`, `a.k` and the prologue / epilogue it selects.
-unsafe fn launch_linear(
-    dev: &CudaDevice,
-    mut a: LinArgs,
-    nc3: bool,
-    resident: Option<&[[usize; 4]; 2]>,
-) -> Result<(), CudaError> {
-    let (rows, n, k) = (a.rows as usize, a.n as usize, a.k as usize);
-    if rows == 0 || n == 0 || k == 0 {
-        return Err(invalid(format!(
-            "camera head linear: empty shape {rows} x {k} -> {n}"
-        )));
-    }
-    let prologue = a.prologue != PRO_NONE;
-    let tile = lin_tile(rows, k, prologue)?;
-    let name = lin_name(nc3, tile);
-    let smem = if prologue { tile * k * 2 } else { 0 };
-    if nc3 {
-        if !n.is_multiple_of(3) {
-            return Err(invalid(
-                "camera head linear: 3-column groups need n % 3 == 0",
-            ));
-        }
-        a.groups = (n / 3) as u32;
-        a.group_stride = (n / 3) as u32;
-    } else {
-        a.groups = n as u32;
-        a.group_stride = 0;
-    }
-    let resident = match resident {
-        Some(r) => r[usize::from(nc3)][tile.trailing_zeros() as usize],
-        None => lin_resident_ctas(dev, name, smem)?,
-    };
-    let cfg = LaunchConfig {
-        grid_dim: (
-            lin_grid_x(a.groups as usize, resident) as u32,
-            rows.div_ceil(tile) as u32,
-            1,
-        ),
-        block_dim: (LIN_THREADS, 1, 1),
-        shared_mem_bytes: smem as u32,
-    };
-    let f = dev.kernels.get(name)?;
-    let mut b = dev.stream.launch_builder(f);
-    b.arg(&a);
-    // SAFETY: the caller guarantees the buffers behind `a`; the struct matches the kernel's.
-    unsafe { b.launch(cfg) }?;
-    Ok(())
-}
-
-/// What [`small_m_linear`] writes.
-#[derive(Clone, Copy, Debug)]
-pub enum SmallMOut {
-    /// `y = x wᵀ + b` in f32.
-    F32(DevPtr<f32>),
-    /// `bf16(x wᵀ + b)`.
-    Bf16(DevPtr<bf16>),
-    /// `bf16(GELU(bf16(x wᵀ + b)))` (exact erf GELU).
-    Bf16Gelu(DevPtr<bf16>),
-}
-
-/// The camera head's small-m linear layer on its own (for tests and benchmarks): `y[r][n] =
-/// x[r] · w[n] + bias[n]` for `rows` rows of `x` (bf16, `x_stride` elements apart), `w` bf16
-/// `[n][k]`, f32 accumulation. Launches only.
-#[allow(clippy::too_many_arguments)]
-pub fn small_m_linear(
-    dev: &CudaDevice,
-    x: DevPtr<bf16>,
-    x_stride: usize,
-    w: DevPtr<bf16>,
-    bias: Option<DevPtr<f32>>,
-    out: SmallMOut,
-    rows: usize,
-    n: usize,
-    k: usize,
-) -> Result<(), CudaError> {
-    if rows == 0 || n == 0 || k == 0 || x_stride < k {
-        return Err(invalid(format!(
-            "small_m_linear: {rows} rows of {k} (stride {x_stride}) -> {n}"
-        )));
-    }
-    x.check_len((rows - 1) * x_stride + k, "small_m_linear x")?;
-    w.check_len(n * k, "small_m_linear w")?;
-    if let Some(b) = bias {
-        b.check_len(n, "small_m_linear bias")?;
-    }
-    let mut a = LinArgs {
-        x: x.addr(),
-        w: w.addr(),
-        bias: bias.map_or(0, |b| b.addr()),
-        rows: u32_of(rows, "rows")?,
-        n: u32_of(n, "n")?,
-        k: u32_of(k, "k")?,
-        x_stride: u32_of(x_stride, "x_stride")?,
-        prologue: PRO_NONE,
-        ..LinArgs::default()
-    };
-    u32_of(rows * n.max(x_stride), "elements")?;
-    match out {
-        SmallMOut::F32(y) => {
-            y.check_len(rows * n, "small_m_linear y")?;
-            a.out_f32 = y.addr();
-            a.epilogue = EPI_F32;
-        }
-        SmallMOut::Bf16(y) | SmallMOut::Bf16Gelu(y) => {
-            y.check_len(rows * n, "small_m_linear y")?;
-            a.out_bf16 = y.addr();
-            a.epilogue = if matches!(out, SmallMOut::Bf16(_)) {
-                EPI_BF16
-            } else {
-                EPI_BF16_GELU
-            };
-        }
-    }
-    // SAFETY: every buffer was checked against the shape above; the rest of `a` is null.
-    unsafe { launch_linear(dev, a, false, None) }
-}
-
 impl GpuCameraHead {
-    /// Uploads `cpu`'s weights (matrices as bf16) and allocates the scratch for up to
-    /// `max_frames_per_call` frames and the K/V cache for `cache_capacity_frames` committed frames
-    /// (bf16, `[iteration][layer][capacity][heads][head_dim]`), all once.
-    pub fn upload(
+    /// Allocates the scratch for up to `max_frames_per_call` frames and the K/V cache for
+    /// `cache_capacity_frames` committed frames (bf16, `[iteration][layer][capacity][heads]
+    /// [head_dim]`), all once, for the head `weights` (checked here against what the kernels
+    /// take).
+    pub fn new(
         dev: &CudaDevice,
-        cpu: &CameraHead,
+        weights: &CameraHead<Device>,
         max_frames_per_call: usize,
         cache_capacity_frames: usize,
     ) -> Result<Self, CudaError> {
-        let width = cpu.width;
-        let layers = cpu.trunk.len();
-        let iterations = cpu.iterations;
+        let head = weights;
+        let width = head.width;
+        let layers = head.trunk.len();
+        let iterations = head.iterations;
         if max_frames_per_call == 0 {
             return Err(invalid(
                 "camera head: max_frames_per_call must be at least 1",
@@ -571,7 +181,7 @@ impl GpuCameraHead {
         if iterations == 0 {
             return Err(invalid("camera head: zero iterations"));
         }
-        let (heads, head_dim) = match cpu.trunk.first() {
+        let (heads, head_dim) = match head.trunk.first() {
             Some(b) => (b.heads, b.head_dim),
             None => (1, width),
         };
@@ -585,12 +195,17 @@ impl GpuCameraHead {
                  needs heads x head_dim = width and head_dim a power of two in 8..={MAX_HEAD_DIM}"
             )));
         }
-        if cpu
+        if head
             .trunk
             .iter()
             .any(|b| b.heads != heads || b.head_dim != head_dim || b.dim != width)
         {
             return Err(invalid("camera head: trunk blocks differ in shape"));
+        }
+        if let Some(j) = head.trunk.iter().position(|b| b.qk_norm.is_some()) {
+            return Err(invalid(format!(
+                "camera head trunk block {j} has qk-norm, which the camera head never uses"
+            )));
         }
         if width == 0 || !width.is_multiple_of(8) {
             return Err(invalid(format!(
@@ -603,21 +218,13 @@ impl GpuCameraHead {
                 LIN_SMEM_LIMIT / 2
             )));
         }
-        if cpu.adaptive_norm.weight.is_some() || cpu.adaptive_norm.bias.is_some() {
+        if head.adaptive_norm.weight.is_some() || head.adaptive_norm.bias.is_some() {
             return Err(invalid(
                 "camera head: the adaptive norm is expected without affine parameters",
             ));
         }
-        let mlp_hidden = cpu.trunk.first().map_or(4 * width, |b| b.fc1.out_features);
+        let mlp_hidden = head.trunk.first().map_or(4 * width, |b| b.fc1.out_features);
         let branch_hidden = width / 2;
-        check_vec(&cpu.empty_pose, POSE_ENC_LEN, "empty_pose_tokens")?;
-        check_linear(&cpu.embed_pose, width, POSE_ENC_LEN, "embed_pose")?;
-        check_linear(
-            &cpu.branch_fc2,
-            POSE_ENC_LEN,
-            branch_hidden,
-            "pose_branch.fc2",
-        )?;
         // Largest row counts, for u32 kernel arguments.
         u32_of(
             max_frames_per_call * mlp_hidden.max(3 * width),
@@ -625,12 +232,6 @@ impl GpuCameraHead {
         )?;
         u32_of(cache_capacity_frames + max_frames_per_call, "cache frames")?;
 
-        let trunk = cpu
-            .trunk
-            .iter()
-            .enumerate()
-            .map(|(j, b)| upload_block(dev, b, width, mlp_hidden, j))
-            .collect::<Result<Vec<_>, _>>()?;
         let splits = default_splits(
             dev.info.sm_count as usize,
             heads,
@@ -679,33 +280,7 @@ impl GpuCameraHead {
             capacity: cache_capacity_frames,
             splits,
             lin_resident,
-            token_norm: upload_norm(dev, &cpu.token_norm, width, "token_norm")?,
-            adaptive_eps: cpu.adaptive_norm.eps,
-            empty_pose: upload_f32(dev, &cpu.empty_pose)?,
-            embed_weight: upload_f32(dev, &cpu.embed_pose.weight)?,
-            embed_bias: cpu
-                .embed_pose
-                .bias
-                .as_deref()
-                .map(|b| upload_f32(dev, b))
-                .transpose()?,
-            modulation: upload_linear(dev, &cpu.modulation, 3 * width, width, "modulation")?,
-            trunk,
-            trunk_norm: upload_norm(dev, &cpu.trunk_norm, width, "trunk_norm")?,
-            branch_fc1: upload_linear(
-                dev,
-                &cpu.branch_fc1,
-                branch_hidden,
-                width,
-                "pose_branch.fc1",
-            )?,
-            branch_fc2_weight: upload_f32(dev, &cpu.branch_fc2.weight)?,
-            branch_fc2_bias: cpu
-                .branch_fc2
-                .bias
-                .as_deref()
-                .map(|b| upload_f32(dev, b))
-                .transpose()?,
+            layers,
             cache_k: zeros(dev, cache_elems)?,
             cache_v: zeros(dev, cache_elems)?,
             scratch,
@@ -714,7 +289,7 @@ impl GpuCameraHead {
 
     /// Bytes of the K/V cache (both halves, all iterations and layers).
     pub fn cache_bytes(&self) -> usize {
-        2 * self.iterations * self.trunk.len() * self.capacity * self.width * size_of::<bf16>()
+        2 * self.iterations * self.layers * self.capacity * self.width * size_of::<bf16>()
     }
 
     /// Committed frames the cache can hold.
@@ -746,13 +321,12 @@ impl GpuCameraHead {
     /// the first `*cache_len` committed frames of the cache plus themselves (bidirectionally);
     /// with `append` their K/V are written at slots `cache_len .. cache_len + frames` (the caller
     /// advances `cache_len` and guarantees the capacity). Launches only: graph-capturable.
-    /// `gemm` is not used any more (the head's layers have their own kernel); it stays in the
-    /// signature for the callers.
+    /// `weights` must be the head this state was made for ([`Self::new`]).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &mut self,
         dev: &CudaDevice,
-        gemm: &mut Gemm,
+        weights: &CameraHead<Device>,
         tokens: DevPtr<f32>,
         token_stride: usize,
         frames: usize,
@@ -760,8 +334,12 @@ impl GpuCameraHead {
         append: bool,
         pose_enc_out: DevPtr<f32>,
     ) -> Result<(), CudaError> {
-        let _ = gemm;
         let w = self.width;
+        if weights.width != w || weights.trunk.len() != self.layers {
+            return Err(invalid(
+                "camera head: weights differ from the head this state was made for",
+            ));
+        }
         if frames == 0 || frames > self.max_frames {
             return Err(invalid(format!(
                 "camera head: {frames} frames in a call, 1..={} allowed",
@@ -797,10 +375,10 @@ impl GpuCameraHead {
                 &[
                     Arg::U64(tokens.addr()),
                     Arg::U64(token_stride as u64),
-                    Arg::U64(opt_ptr(&self.token_norm.weight)),
-                    Arg::U64(opt_ptr(&self.token_norm.bias)),
-                    Arg::F32(self.token_norm.eps),
-                    Arg::F32(self.adaptive_eps),
+                    Arg::U64(opt_ptr(&weights.token_norm.weight)),
+                    Arg::U64(opt_ptr(&weights.token_norm.bias)),
+                    Arg::F32(weights.token_norm.eps),
+                    Arg::F32(weights.adaptive_norm.eps),
                     Arg::U64(ptr(&s.x)),
                     Arg::U64(ptr(&s.x_normed)),
                     Arg::U32(w as u32),
@@ -809,11 +387,11 @@ impl GpuCameraHead {
         }
 
         for it in 0..self.iterations {
-            self.modulated_input(dev, it, frames)?;
-            for j in 0..self.trunk.len() {
-                self.block(dev, it, j, frames, cache_len, append)?;
+            self.modulated_input(dev, weights, it, frames)?;
+            for (j, block) in weights.trunk.iter().enumerate() {
+                self.block(dev, block, it, j, frames, cache_len, append)?;
             }
-            self.pose_branch(dev, it, frames, pose_enc_out)?;
+            self.pose_branch(dev, weights, it, frames, pose_enc_out)?;
         }
         Ok(())
     }
@@ -828,10 +406,11 @@ impl GpuCameraHead {
     }
 
     /// The arguments common to a layer `l` over `frames` rows.
-    fn lin_args(l: &DevLinear, frames: usize) -> LinArgs {
+    fn lin_args(l: &DeviceLinear, frames: usize) -> LinArgs {
         LinArgs {
             w: ptr(&l.weight),
-            bias: opt_ptr(&l.bias),
+            // The head's kernels add f32 biases.
+            bias: l.bias.as_ref().map_or(0, |b| ptr(&b.f32)),
             rows: frames as u32,
             n: l.out_features as u32,
             k: l.in_features as u32,
@@ -841,7 +420,7 @@ impl GpuCameraHead {
     }
 
     /// `x = bf16(norm(h))` as a linear layer's prologue.
-    fn with_ln(&self, mut a: LinArgs, norm: &DevNorm) -> LinArgs {
+    fn with_ln(&self, mut a: LinArgs, norm: &DeviceNorm) -> LinArgs {
         a.prologue = PRO_LN;
         a.src = ptr(&self.scratch.h);
         a.nw = opt_ptr(&norm.weight);
@@ -853,10 +432,16 @@ impl GpuCameraHead {
     /// `h = gate * (x_normed * (1 + scale) + shift) + x` with `[shift, scale, gate]` the
     /// modulation of SiLU(embed_pose(pose)), pose = the empty pose first, then the raw sum: one
     /// launch (the embedding is the prologue, the modulation the epilogue).
-    fn modulated_input(&self, dev: &CudaDevice, it: usize, frames: usize) -> Result<(), CudaError> {
+    fn modulated_input(
+        &self,
+        dev: &CudaDevice,
+        weights: &CameraHead<Device>,
+        it: usize,
+        frames: usize,
+    ) -> Result<(), CudaError> {
         let s = &self.scratch;
         let (pose, stride) = if it == 0 {
-            (ptr(&self.empty_pose), 0u32)
+            (ptr(&weights.empty_pose), 0u32)
         } else {
             (ptr(&s.raw), POSE_ENC_LEN as u32)
         };
@@ -864,13 +449,13 @@ impl GpuCameraHead {
             prologue: PRO_EMBED,
             pose,
             pose_stride: stride,
-            ew: ptr(&self.embed_weight),
-            eb: opt_ptr(&self.embed_bias),
+            ew: ptr(&weights.embed_pose.weight),
+            eb: opt_ptr(&weights.embed_pose.bias),
             epilogue: EPI_MODULATE,
             h: ptr(&s.h),
             mx: ptr(&s.x),
             mxn: ptr(&s.x_normed),
-            ..Self::lin_args(&self.modulation, frames)
+            ..Self::lin_args(&weights.modulation, frames)
         };
         // SAFETY: the modulation is 3W x W (checked at upload); h, x, x_normed hold max_frames
         // rows of W; the pose source holds 9 values (stride 0) or frames x 9; embed_pose is
@@ -880,9 +465,11 @@ impl GpuCameraHead {
 
     /// Trunk block `j` of iteration `it`: five launches (qkv with LN1 and the cache append,
     /// attention, proj with the residual, fc1 with LN2 and GELU, fc2 with the residual).
+    #[allow(clippy::too_many_arguments)]
     fn block(
         &self,
         dev: &CudaDevice,
+        b: &TransformerBlock<Device>,
         it: usize,
         j: usize,
         frames: usize,
@@ -890,12 +477,11 @@ impl GpuCameraHead {
         append: bool,
     ) -> Result<(), CudaError> {
         let s = &self.scratch;
-        let b = &self.trunk[j];
         let w = self.width;
 
         // This (iteration, layer)'s cache plane.
         let plane_len = self.capacity * w;
-        let plane = (it * self.trunk.len() + j) * plane_len;
+        let plane = (it * self.layers + j) * plane_len;
         let (cache_k, cache_v) = if plane_len == 0 {
             (0, 0)
         } else {
@@ -1005,6 +591,7 @@ impl GpuCameraHead {
     fn pose_branch(
         &self,
         dev: &CudaDevice,
+        weights: &CameraHead<Device>,
         it: usize,
         frames: usize,
         pose_enc_out: DevPtr<f32>,
@@ -1012,14 +599,17 @@ impl GpuCameraHead {
         let s = &self.scratch;
         let a = LinArgs {
             epilogue: EPI_BRANCH,
-            bw: ptr(&self.branch_fc2_weight),
-            bb: opt_ptr(&self.branch_fc2_bias),
+            bw: ptr(&weights.branch_fc2.weight),
+            bb: opt_ptr(&weights.branch_fc2.bias),
             part: ptr(&s.branch_part),
             counter: ptr(&s.branch_counters),
             raw: ptr(&s.raw),
             pose_out: pose_enc_out.addr(),
             first: u32::from(it == 0),
-            ..self.with_ln(Self::lin_args(&self.branch_fc1, frames), &self.trunk_norm)
+            ..self.with_ln(
+                Self::lin_args(&weights.branch_fc1, frames),
+                &weights.trunk_norm,
+            )
         };
         // SAFETY: fc1 is branch_hidden x W, fc2 9 x branch_hidden (checked at upload); h holds
         // max_frames rows; raw and pose_enc_out frames x 9; branch_part holds the row tiles x

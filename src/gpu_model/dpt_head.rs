@@ -7,66 +7,27 @@
 //! coarse to fine, `output_conv1`, the bilinear resize to the image (+ UV embedding),
 //! `output_conv2` and the activations, written as planar f32 depth and confidence maps.
 //!
-//! Every buffer for the resolution given to [`GpuDptHead::upload`] is allocated there, once:
-//! `forward` only enqueues kernels and GEMMs on fixed addresses (it runs inside a CUDA graph).
+//! The weights are the model's `DptHead<Device>` (uploaded once with the model). Every buffer for
+//! the resolution given to [`GpuDptHead::new`] is allocated there, once: `forward` only enqueues
+//! kernels and GEMMs on fixed addresses (it runs inside a CUDA graph).
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
 
 use crate::backend::cuda::arena::DevPtr;
-use crate::backend::cuda::conv::{self, DeviceConv, DeviceConvTranspose, Nhwc, upload_f32};
+use crate::backend::cuda::conv::{self, DeviceConv, Nhwc, upload_f32};
 use crate::backend::cuda::gemm::Gemm;
+use crate::backend::cuda::storage::Device;
 use crate::backend::cuda::{CudaDevice, CudaError};
-use crate::model::spec::SPECIAL_TOKENS;
-use crate::model::dpt_head::{DptHead, FusionBlock, ResidualConvUnit, Resize, add_uv_embedding};
+use crate::model::dpt_head::{DptHead, ResidualConvUnit, Resize, add_uv_embedding};
 use crate::model::ops::conv::FeatureMap;
+use crate::model::spec::SPECIAL_TOKENS;
 
 type Result<T> = std::result::Result<T, CudaError>;
 
 /// Upper bound of the im2col buffer in bf16 elements (128 MiB): the large full-resolution convs
 /// run in a few row chunks instead of one huge column matrix.
 const COLS_BUDGET: usize = 1 << 26;
-
-enum DeviceResize {
-    Up(DeviceConvTranspose),
-    Identity,
-    Down(DeviceConv),
-}
-
-/// `RCU(x) = conv2(relu(conv1(relu(x)))) + relu(x)` (the reference's in-place ReLU).
-struct DeviceRcu {
-    conv1: DeviceConv,
-    conv2: DeviceConv,
-}
-
-impl DeviceRcu {
-    fn upload(dev: &CudaDevice, cpu: &ResidualConvUnit) -> Result<Self> {
-        Ok(Self {
-            conv1: DeviceConv::upload(dev, &cpu.conv1)?,
-            conv2: DeviceConv::upload(dev, &cpu.conv2)?,
-        })
-    }
-}
-
-struct DeviceFusion {
-    unit1: Option<DeviceRcu>,
-    unit2: DeviceRcu,
-    out_conv: DeviceConv,
-}
-
-impl DeviceFusion {
-    fn upload(dev: &CudaDevice, cpu: &FusionBlock) -> Result<Self> {
-        Ok(Self {
-            unit1: cpu
-                .unit1
-                .as_ref()
-                .map(|u| DeviceRcu::upload(dev, u))
-                .transpose()?,
-            unit2: DeviceRcu::upload(dev, &cpu.unit2)?,
-            out_conv: DeviceConv::upload(dev, &cpu.out_conv)?,
-        })
-    }
-}
 
 /// Scratch feature maps, each sized for its largest use at this resolution.
 struct Scratch {
@@ -97,26 +58,17 @@ struct Scratch {
     cols: CudaSlice<bf16>,
 }
 
-/// The depth head of one resolution on the device.
+/// The depth head's buffers for one resolution on the device (the weights stay the model's).
 pub struct GpuDptHead {
     height: usize,
     width: usize,
     ph: usize,
     pw: usize,
     dim: usize,
-    eps: f32,
-    norm_weight: CudaSlice<f32>,
-    norm_bias: CudaSlice<f32>,
-    projects: Vec<DeviceConv>,
-    resize: Vec<DeviceResize>,
-    layer_rn: Vec<DeviceConv>,
-    /// refinenet1..4 in that order.
-    refine: Vec<DeviceFusion>,
-    output_conv1: DeviceConv,
-    output_conv2a: DeviceConv,
-    /// `output_conv2.2` (1x1, cin → 2) in f32: `[2][cin]` and `[2]`.
-    out_weight: CudaSlice<f32>,
-    out_bias: CudaSlice<f32>,
+    /// The transposed convolutions' biases repeated per (ky, kx), by resize index.
+    tiled_bias: Vec<Option<CudaSlice<bf16>>>,
+    /// `output_conv2.2`'s bias when the checkpoint has none: zeros.
+    zero_out_bias: Option<CudaSlice<f32>>,
     /// UV embeddings (×0.1, NHWC f32) of the four projections and of the image-size map.
     uv_taps: Vec<CudaSlice<f32>>,
     uv_full: CudaSlice<f32>,
@@ -142,67 +94,92 @@ fn uv_table(c: usize, h: usize, w: usize, aspect: f64) -> Vec<f32> {
     out
 }
 
+/// Every convolution of the head, checked against what the kernels implement.
+fn check_convs(head: &DptHead<Device>) -> Result<()> {
+    let convs = head
+        .projects
+        .iter()
+        .chain(&head.layer_rn)
+        .chain(head.resize.iter().filter_map(|r| match r {
+            Resize::Down(c) => Some(c),
+            _ => None,
+        }))
+        .chain(head.refine.iter().flat_map(|f| {
+            f.unit1
+                .iter()
+                .chain([&f.unit2])
+                .flat_map(|u: &ResidualConvUnit<Device>| [&u.conv1, &u.conv2])
+                .chain([&f.out_conv])
+        }))
+        .chain([&head.output_conv1, &head.output_conv2a]);
+    for c in convs {
+        c.check()?;
+    }
+    for r in &head.resize {
+        if let Resize::Up(t) = r {
+            t.check()?;
+        }
+    }
+    Ok(())
+}
+
 impl GpuDptHead {
-    /// Uploads the CPU head's weights (bf16, reordered for NHWC GEMMs) and allocates every
-    /// buffer for `height × width` input images.
-    pub fn upload(dev: &CudaDevice, cpu: &DptHead, height: usize, width: usize) -> Result<Self> {
-        let (ph, pw) = (height / cpu.patch.max(1), width / cpu.patch.max(1));
+    /// Checks `head` against the kernels and allocates every buffer for `height × width` input
+    /// images.
+    pub fn new(
+        dev: &CudaDevice,
+        head: &DptHead<Device>,
+        height: usize,
+        width: usize,
+    ) -> Result<Self> {
+        let (ph, pw) = (height / head.patch.max(1), width / head.patch.max(1));
         let four = [
-            cpu.projects.len(),
-            cpu.resize.len(),
-            cpu.layer_rn.len(),
-            cpu.refine.len(),
+            head.projects.len(),
+            head.resize.len(),
+            head.layer_rn.len(),
+            head.refine.len(),
         ];
         if ph == 0 || pw == 0 || four != [4; 4] {
             return Err(CudaError::Invalid(format!(
                 "DPT head: {height}x{width} images with patch {} (or a head without 4 taps)",
-                cpu.patch
+                head.patch
             )));
         }
+        check_convs(head)?;
         let np = ph * pw;
-        let dim = cpu.norm.dim;
+        let dim = head.norm.dim;
         let aspect = width as f64 / height as f64;
-        let (Some(norm_w), Some(norm_b)) = (&cpu.norm.weight, &cpu.norm.bias) else {
+        if head.norm.weight.is_none() || head.norm.bias.is_none() {
             return Err(CudaError::Invalid("DPT head norm without affine".into()));
-        };
+        }
 
-        let projects = cpu
-            .projects
-            .iter()
-            .map(|c| DeviceConv::upload(dev, c))
-            .collect::<Result<Vec<_>>>()?;
-        let resize = cpu
-            .resize
-            .iter()
-            .map(|r| {
-                Ok(match r {
-                    Resize::Up(t) => DeviceResize::Up(DeviceConvTranspose::upload(dev, t)?),
-                    Resize::Identity => DeviceResize::Identity,
-                    Resize::Down(c) => DeviceResize::Down(DeviceConv::upload(dev, c)?),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let layer_rn = cpu
-            .layer_rn
-            .iter()
-            .map(|c| DeviceConv::upload(dev, c))
-            .collect::<Result<Vec<_>>>()?;
-        let refine = cpu
-            .refine
-            .iter()
-            .map(|f| DeviceFusion::upload(dev, f))
-            .collect::<Result<Vec<_>>>()?;
-        let output_conv1 = DeviceConv::upload(dev, &cpu.output_conv1)?;
-        let output_conv2a = DeviceConv::upload(dev, &cpu.output_conv2a)?;
-        let last = &cpu.output_conv2b;
-        if last.kernel != 1 || last.out_channels != 2 || last.in_channels != output_conv2a.cout {
+        let projects = &head.projects;
+        let resize = &head.resize;
+        let layer_rn = &head.layer_rn;
+        let refine = &head.refine;
+        let output_conv1 = &head.output_conv1;
+        let output_conv2a = &head.output_conv2a;
+        let last = &head.output_conv2b;
+        if last.kernel != 1
+            || last.out_channels != 2
+            || last.in_channels != output_conv2a.out_channels
+        {
             return Err(CudaError::Invalid(format!(
                 "DPT output_conv2.2: {}→{} k{}, expected a 1x1 {}→2",
-                last.in_channels, last.out_channels, last.kernel, output_conv2a.cout
+                last.in_channels, last.out_channels, last.kernel, output_conv2a.out_channels
             )));
         }
-        let zero_bias = [0.0f32; 2];
-        let out_bias = upload_f32(dev, last.bias.as_deref().unwrap_or(&zero_bias))?;
+        let zero_out_bias = match last.bias {
+            Some(_) => None,
+            None => Some(upload_f32(dev, &[0.0f32; 2])?),
+        };
+        let tiled_bias = resize
+            .iter()
+            .map(|r| match r {
+                Resize::Up(t) => t.tiled_bias(dev).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
 
         // Shapes along the way, to size every buffer.
         let mut cols = 0usize;
@@ -217,33 +194,33 @@ impl GpuDptHead {
         let mut level_dims = Vec::with_capacity(4);
         for i in 0..4 {
             let p = &projects[i];
-            if p.kernel != 1 || p.cin != dim {
+            if p.kernel != 1 || p.in_channels != dim {
                 return Err(CudaError::Invalid(format!(
                     "DPT projects.{i}: expected a 1x1 conv from {dim} channels"
                 )));
             }
-            proj_len = proj_len.max(np * p.cout);
+            proj_len = proj_len.max(np * p.out_channels);
             let d = match &resize[i] {
-                DeviceResize::Up(t) => {
+                Resize::Up(t) => {
                     up_len = up_len.max(t.tmp_for(ph, pw));
                     let d = t.out_dims(ph, pw);
                     resized_len = resized_len.max(d.len());
                     d
                 }
-                DeviceResize::Identity => Nhwc::new(ph, pw, p.cout),
-                DeviceResize::Down(c) => {
+                Resize::Identity => Nhwc::new(ph, pw, p.out_channels),
+                Resize::Down(c) => {
                     note_conv(c, ph, pw);
                     let d = c.out_dims(ph, pw);
                     resized_len = resized_len.max(d.len());
                     d
                 }
             };
-            if d.c != layer_rn[i].cin {
+            if d.c != layer_rn[i].in_channels {
                 return Err(CudaError::Invalid(format!(
                     "DPT tap {i}: {} channels into layer{}_rn of {}",
                     d.c,
                     i + 1,
-                    layer_rn[i].cin
+                    layer_rn[i].in_channels
                 )));
             }
             note_conv(&layer_rn[i], d.h, d.w);
@@ -268,14 +245,14 @@ impl GpuDptHead {
                 note_conv(&unit.conv2, d.h, d.w);
             }
         }
-        note_conv(&output_conv1, final_fused.h, final_fused.w);
+        note_conv(output_conv1, final_fused.h, final_fused.w);
         let c1 = output_conv1.out_dims(final_fused.h, final_fused.w);
-        note_conv(&output_conv2a, height, width);
+        note_conv(output_conv2a, height, width);
         let cols = cols.max(cols_row);
 
         let uv_taps = projects
             .iter()
-            .map(|p| upload_f32(dev, &uv_table(p.cout, ph, pw, aspect)))
+            .map(|p| upload_f32(dev, &uv_table(p.out_channels, ph, pw, aspect)))
             .collect::<Result<Vec<_>>>()?;
         let uv_full = upload_f32(dev, &uv_table(c1.c, height, width, aspect))?;
 
@@ -296,7 +273,7 @@ impl GpuDptHead {
             fused: alloc_bf16(dev, fused_max)?,
             head1: alloc_bf16(dev, c1.len())?,
             full: alloc_bf16(dev, height * width * c1.c)?,
-            head2: alloc_bf16(dev, height * width * output_conv2a.cout)?,
+            head2: alloc_bf16(dev, height * width * output_conv2a.out_channels)?,
             cols: alloc_bf16(dev, cols)?,
         };
         Ok(Self {
@@ -305,17 +282,8 @@ impl GpuDptHead {
             ph,
             pw,
             dim,
-            eps: cpu.norm.eps,
-            norm_weight: upload_f32(dev, norm_w)?,
-            norm_bias: upload_f32(dev, norm_b)?,
-            projects,
-            resize,
-            layer_rn,
-            refine,
-            output_conv1,
-            output_conv2a,
-            out_weight: upload_f32(dev, &last.weight)?,
-            out_bias,
+            tiled_bias,
+            zero_out_bias,
             uv_taps,
             uv_full,
             level_dims,
@@ -339,10 +307,12 @@ impl GpuDptHead {
     /// Depth `[H][W]` and confidence `[H][W]` (f32, activations applied) of one frame from its
     /// four aggregator taps: `taps[i]` points at the frame's token 0, rows of `dim` f32 values
     /// `tap_row_stride` elements apart; the patch tokens are rows `6 ..`.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &mut self,
         dev: &CudaDevice,
         gemm: &mut Gemm,
+        head: &DptHead<Device>,
         taps: [DevPtr<f32>; 4],
         tap_row_stride: usize,
         depth: DevPtr<f32>,
@@ -351,6 +321,14 @@ impl GpuDptHead {
         let (ph, pw) = (self.ph, self.pw);
         let np = ph * pw;
         let s = &self.s;
+        if head.norm.dim != self.dim || head.resize.len() != self.tiled_bias.len() {
+            return Err(CudaError::Invalid(
+                "DPT head: weights differ from the head these buffers were made for".into(),
+            ));
+        }
+        let missing = || CudaError::Invalid("DPT head norm without affine".into());
+        let norm_weight = head.norm.weight.as_ref().ok_or_else(missing)?;
+        let norm_bias = head.norm.bias.as_ref().ok_or_else(missing)?;
         let cols = DevPtr::of(&s.cols);
         for (i, tap) in taps.iter().enumerate() {
             let ln = DevPtr::of(&s.ln);
@@ -361,27 +339,33 @@ impl GpuDptHead {
                 SPECIAL_TOKENS,
                 np,
                 self.dim,
-                DevPtr::of(&self.norm_weight),
-                DevPtr::of(&self.norm_bias),
-                self.eps,
+                DevPtr::of(norm_weight),
+                DevPtr::of(norm_bias),
+                head.norm.eps,
                 ln,
             )?;
             let proj = DevPtr::of(&s.proj);
-            let pd = self.projects[i].forward(dev, gemm, ln, ph, pw, false, cols, proj)?;
+            let pd = head.projects[i].forward(dev, gemm, ln, ph, pw, false, cols, proj)?;
             conv::add_table(dev, proj, DevPtr::of(&self.uv_taps[i]), pd.len())?;
             let resized = DevPtr::of(&s.resized);
-            let (src, d) = match &self.resize[i] {
-                DeviceResize::Up(t) => {
-                    let d = t.forward(dev, gemm, proj, ph, pw, DevPtr::of(&s.up), resized)?;
+            let (src, d) = match (&head.resize[i], &self.tiled_bias[i]) {
+                (Resize::Up(t), Some(bias)) => {
+                    let up = DevPtr::of(&s.up);
+                    let d = t.forward(dev, gemm, DevPtr::of(bias), proj, ph, pw, up, resized)?;
                     (resized, d)
                 }
-                DeviceResize::Identity => (proj, pd),
-                DeviceResize::Down(c) => {
+                (Resize::Up(_), None) => {
+                    return Err(CudaError::Invalid(
+                        "DPT head: a transposed convolution without its tiled bias".into(),
+                    ));
+                }
+                (Resize::Identity, _) => (proj, pd),
+                (Resize::Down(c), _) => {
                     let d = c.forward(dev, gemm, proj, ph, pw, false, cols, resized)?;
                     (resized, d)
                 }
             };
-            self.layer_rn[i].forward(
+            head.layer_rn[i].forward(
                 dev,
                 gemm,
                 src,
@@ -404,7 +388,7 @@ impl GpuDptHead {
                 (self.level_dims[r - 1].h, self.level_dims[r - 1].w)
             };
             let level = DevPtr::of(&s.levels[r]);
-            let block = &self.refine[r];
+            let block = &head.refine[r];
             // x = a + RCU1(level) for refinenet1..3 (a = the previous block's output, already
             // at this level's size); refinenet4's x is level 3 itself.
             let x = match (&block.unit1, r) {
@@ -432,7 +416,7 @@ impl GpuDptHead {
 
         let (fh, fw) = (2 * l0.h, 2 * l0.w);
         let head1 = DevPtr::of(&s.head1);
-        let c1 = self
+        let c1 = head
             .output_conv1
             .forward(dev, gemm, fused, fh, fw, false, cols, head1)?;
         let full = DevPtr::of(&s.full);
@@ -445,7 +429,7 @@ impl GpuDptHead {
             full,
         )?;
         let head2 = DevPtr::of(&s.head2);
-        let c2 = self.output_conv2a.forward(
+        let c2 = head.output_conv2a.forward(
             dev,
             gemm,
             full,
@@ -460,8 +444,15 @@ impl GpuDptHead {
             head2,
             self.height * self.width,
             c2.c,
-            DevPtr::of(&self.out_weight),
-            DevPtr::of(&self.out_bias),
+            DevPtr::of(&head.output_conv2b.weight),
+            match (&head.output_conv2b.bias, &self.zero_out_bias) {
+                (Some(b), _) | (None, Some(b)) => DevPtr::of(b),
+                (None, None) => {
+                    return Err(CudaError::Invalid(
+                        "DPT output_conv2.2 without a bias".into(),
+                    ));
+                }
+            },
             depth,
             conf,
         )
@@ -473,7 +464,7 @@ impl GpuDptHead {
 fn rcu(
     dev: &CudaDevice,
     gemm: &mut Gemm,
-    unit: &DeviceRcu,
+    unit: &ResidualConvUnit<Device>,
     x: DevPtr<bf16>,
     d: Nhwc,
     cols: DevPtr<bf16>,

@@ -5,17 +5,13 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use crate::attention::AttentionLayout;
-use crate::backend::cuda::CudaError;
-use crate::model::{GctModel, ModelError};
+use crate::model::weights::WeightStore;
+use crate::model::{ModelConfig, ModelError};
 use crate::pipeline::frame::PointFilter;
 use crate::pipeline::model::{FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions};
 use crate::pipeline::result::{CacheSnapshot, FramePoints, StageTime};
 
 use super::engine::{GpuModel, GpuSession, SessionConfig};
-
-fn gpu_err(e: CudaError) -> ModelError {
-    ModelError::Gpu(e.to_string())
-}
 
 pub struct GpuFrameModel {
     model: Arc<GpuModel>,
@@ -24,18 +20,17 @@ pub struct GpuFrameModel {
 }
 
 impl GpuFrameModel {
-    /// Uploads `cpu` to GPU `ordinal`. Errors (never panics) without a usable GPU.
-    pub fn new(cpu: GctModel, ordinal: usize) -> Result<Self, ModelError> {
-        Self::from_shared(Arc::new(cpu), ordinal)
+    /// Streams `store`'s tensors to GPU `ordinal` (see [`GpuModel::load`]). Errors (never
+    /// panics) without a usable GPU.
+    pub fn load(cfg: ModelConfig, store: WeightStore, ordinal: usize) -> Result<Self, ModelError> {
+        Ok(Self::from_model(GpuModel::load(cfg, store, ordinal)?))
     }
 
-    /// As [`Self::new`], keeping the caller's handle on the CPU model (for a fallback).
-    pub fn from_shared(cpu: Arc<GctModel>, ordinal: usize) -> Result<Self, ModelError> {
-        let model = GpuModel::new(cpu, ordinal).map_err(gpu_err)?;
-        Ok(Self {
+    pub fn from_model(model: GpuModel) -> Self {
+        Self {
             model: Arc::new(model),
             lock: Arc::new(Mutex::new(())),
-        })
+        }
     }
 }
 
@@ -68,7 +63,7 @@ impl FrameModel for GpuFrameModel {
         // instead of about 16 GiB for the engine's 16,384-frame default (desktop GPUs fit it).
         sc.max_frames = self.model.config().max_frame_num;
         sc.dense = options.layout == AttentionLayout::Dense;
-        let session = self.model.start(sc).map_err(gpu_err)?;
+        let session = self.model.start(sc)?;
         Ok(Box::new(GpuModelSession {
             session,
             lock: Arc::clone(&self.lock),
@@ -89,10 +84,7 @@ impl ModelSession for GpuModelSession {
         keyframe: bool,
     ) -> Result<ModelStep, ModelError> {
         let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let out = self
-            .session
-            .step(images, frames, keyframe)
-            .map_err(gpu_err)?;
+        let out = self.session.step(images, frames, keyframe)?;
         let t = &out.timing;
         let mut stages = vec![StageTime {
             stage: if t.graph { "gpu_graph" } else { "gpu" }.to_owned(),

@@ -2,7 +2,8 @@
 //! the paged KV cache on the device, a static memory plan fixed at session start, and the
 //! streaming frame step captured as a CUDA graph (one graph per step kind) after warm-up.
 //!
-//! - [`weights`]: the CPU model's tensors uploaded once (bf16 matrices, f32 norms and scales).
+//! - the weights: `GctModel<Device>` (backend::cuda::storage), the same tree as the CPU model's,
+//!   streamed from the checkpoint to the device once per model.
 //! - [`transformer`]: one pre-norm block on the device (DINO, frame and global blocks).
 //! - [`engine`]: a stream's session: buffers, page table, phase 1 / phase 2, graphs, outputs.
 //! - [`frame_model`]: the pipeline's `FrameModel` on top of the engine.
@@ -16,4 +17,3 @@ pub mod engine;
 pub mod frame_model;
 pub mod transformer;
 pub mod unproject;
-pub mod weights;

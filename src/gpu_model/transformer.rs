@@ -13,7 +13,8 @@ use crate::backend::cuda::gemm::{Epilogue, Gemm};
 use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache};
 
-use super::weights::{GpuBlockWeights, GpuLayerNorm};
+use crate::backend::cuda::storage::{Device, DeviceNorm};
+use crate::model::block::TransformerBlock;
 
 /// How the MLP's GELU is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,12 +160,12 @@ pub struct Chain<'a> {
     pub normed_in: bool,
     /// The next block's first norm, fused into this block's last residual (its output lands in
     /// `s.normed`); `None` for the last block of a chain.
-    pub next_norm1: Option<&'a GpuLayerNorm>,
+    pub next_norm1: Option<&'a DeviceNorm>,
 }
 
 impl<'a> Chain<'a> {
     /// The links of block `i` of `blocks` (each yields its first norm).
-    pub fn link<T>(blocks: &'a [T], i: usize, norm1: impl Fn(&'a T) -> &'a GpuLayerNorm) -> Self {
+    pub fn link<T>(blocks: &'a [T], i: usize, norm1: impl Fn(&'a T) -> &'a DeviceNorm) -> Self {
         Self {
             normed_in: i > 0,
             next_norm1: blocks.get(i + 1).map(norm1),
@@ -177,7 +178,7 @@ impl<'a> Chain<'a> {
 pub fn block_forward(
     dev: &CudaDevice,
     gemm: &mut Gemm,
-    w: &GpuBlockWeights,
+    w: &TransformerBlock<Device>,
     x: DevPtr<f32>,
     n: usize,
     s: &BlockScratch,
@@ -188,7 +189,7 @@ pub fn block_forward(
 ) -> Result<(), CudaError> {
     let c = w.dim;
     let heads = w.heads;
-    let residual_then = |dev: &CudaDevice, gamma: &CudaSlice<f32>, norm: &GpuLayerNorm| {
+    let residual_then = |dev: &CudaDevice, gamma: &CudaSlice<f32>, norm: &DeviceNorm| {
         ops::residual_layer_norm(
             dev,
             x,
@@ -323,7 +324,7 @@ pub fn block_forward(
         Epilogue::Bias,
     )?;
     residual_then(dev, &w.ls1, &w.norm2)?;
-    let hidden = w.hidden;
+    let hidden = w.hidden();
     match (gelu, w.fc1.bias_ptr()) {
         (GeluMode::Fused, bias @ Some(_)) => gemm.linear(
             dev,

@@ -6,28 +6,26 @@ use crate::attention::CpuKvCache;
 
 use super::block::{BlockSpec, TransformerBlock};
 use super::config::ModelConfig;
-use super::spec::{AGGREGATOR_REGISTERS, IMAGENET_MEAN, IMAGENET_STD, SPECIAL_TOKENS};
 use super::dino::DinoBackbone;
 use super::error::{ModelError, Result};
 use super::ops::attention::{AttentionShape, attend};
 use super::ops::rope::{apply_rope_2d, apply_rope_3d, rope_3d_table};
 use super::record::{Recorder, put};
+use super::spec::{AGGREGATOR_REGISTERS, IMAGENET_MEAN, IMAGENET_STD, SPECIAL_TOKENS};
+use super::storage::{Host, Loader, Storage};
 use super::timing::{StageTimings, ms_since};
-use super::weights::WeightStore;
 use std::time::Instant;
 
-/// ImageNet statistics applied inside the model (inputs arrive in [0, 1]).
-
-pub struct Aggregator {
-    pub(crate) dino: DinoBackbone,
+pub struct Aggregator<S: Storage = Host> {
+    pub(crate) dino: DinoBackbone<S>,
     /// `[variant][C]`: variant 0 for the sequence's first frame, 1 otherwise.
-    pub(crate) camera_token: Vec<f32>,
+    pub(crate) camera_token: S::Full,
     /// `[variant][4][C]`.
-    pub(crate) register_token: Vec<f32>,
+    pub(crate) register_token: S::Full,
     /// `[variant][C]`: variant 0 for the scale frames, 1 otherwise.
-    pub(crate) scale_token: Vec<f32>,
-    pub(crate) frame_blocks: Vec<TransformerBlock>,
-    pub(crate) global_blocks: Vec<TransformerBlock>,
+    pub(crate) scale_token: S::Full,
+    pub(crate) frame_blocks: Vec<TransformerBlock<S>>,
+    pub(crate) global_blocks: Vec<TransformerBlock<S>>,
     pub(crate) embed: usize,
     pub(crate) heads: usize,
     pub(crate) head_dim: usize,
@@ -45,8 +43,8 @@ pub struct CallPosition {
     pub scale_frames: usize,
 }
 
-impl Aggregator {
-    pub fn load(store: &mut WeightStore, cfg: &ModelConfig) -> Result<Self> {
+impl<S: Storage> Aggregator<S> {
+    pub fn load(store: &mut Loader<S>, cfg: &ModelConfig) -> Result<Self> {
         let c = cfg.embed;
         let spec = BlockSpec {
             dim: c,
@@ -56,19 +54,19 @@ impl Aggregator {
             qk_norm: true,
         };
         let dino = DinoBackbone::load(store, cfg)?;
-        let blocks = |store: &mut WeightStore, kind: &str| {
+        let blocks = |store: &mut Loader<S>, kind: &str| {
             (0..cfg.depth)
                 .map(|i| TransformerBlock::load(store, &format!("aggregator.{kind}.{i}"), &spec))
                 .collect::<Result<Vec<_>>>()
         };
         Ok(Aggregator {
             dino,
-            camera_token: store.take("aggregator.camera_token", &[1, 2, 1, c])?,
-            register_token: store.take(
+            camera_token: store.full("aggregator.camera_token", &[1, 2, 1, c])?,
+            register_token: store.full(
                 "aggregator.register_token",
                 &[1, 2, AGGREGATOR_REGISTERS, c],
             )?,
-            scale_token: store.take("aggregator.scale_token", &[1, 2, 1, c])?,
+            scale_token: store.full("aggregator.scale_token", &[1, 2, 1, c])?,
             frame_blocks: blocks(store, "frame_blocks")?,
             global_blocks: blocks(store, "global_blocks")?,
             embed: c,
@@ -80,10 +78,12 @@ impl Aggregator {
         })
     }
 
-    pub fn dino(&self) -> &DinoBackbone {
+    pub fn dino(&self) -> &DinoBackbone<S> {
         &self.dino
     }
+}
 
+impl Aggregator {
     /// Run one call on `frames` images `[S][3][H][W]` in [0, 1]. The caller has begun the cache
     /// step for these frames. Returns the tapped features, each `[S][P][2C]`
     /// (frame block output and global block output side by side).

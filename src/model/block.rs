@@ -4,23 +4,22 @@
 //! [`TransformerBlock::qkv`] then [`TransformerBlock::finish`].
 
 use super::error::Result;
-use super::loading::{layer_norm, linear};
+use super::loading::{MatLinear, Norm, layer_norm, linear};
 use super::ops::activation::gelu_in_place;
-use super::ops::linear::Linear;
-use super::ops::norm::LayerNorm;
-use super::weights::WeightStore;
+use super::storage::{Host, Loader, Storage};
 
-pub struct TransformerBlock {
-    pub(crate) norm1: LayerNorm,
-    pub(crate) qkv: Linear,
+/// One block's parameters in storage `S` (see [`crate::model::storage`]).
+pub struct TransformerBlock<S: Storage = Host> {
+    pub(crate) norm1: Norm<S>,
+    pub(crate) qkv: MatLinear<S>,
     /// Per-head LayerNorm of q and k (aggregator blocks only).
-    pub(crate) qk_norm: Option<(LayerNorm, LayerNorm)>,
-    pub(crate) proj: Linear,
-    pub(crate) ls1: Vec<f32>,
-    pub(crate) norm2: LayerNorm,
-    pub(crate) fc1: Linear,
-    pub(crate) fc2: Linear,
-    pub(crate) ls2: Vec<f32>,
+    pub(crate) qk_norm: Option<(Norm<S>, Norm<S>)>,
+    pub(crate) proj: MatLinear<S>,
+    pub(crate) ls1: S::Full,
+    pub(crate) norm2: Norm<S>,
+    pub(crate) fc1: MatLinear<S>,
+    pub(crate) fc2: MatLinear<S>,
+    pub(crate) ls2: S::Full,
     pub dim: usize,
     pub heads: usize,
     pub head_dim: usize,
@@ -41,8 +40,8 @@ pub struct Qkv {
     pub v: Vec<f32>,
 }
 
-impl TransformerBlock {
-    pub fn load(store: &mut WeightStore, prefix: &str, spec: &BlockSpec) -> Result<Self> {
+impl<S: Storage> TransformerBlock<S> {
+    pub fn load(store: &mut Loader<S>, prefix: &str, spec: &BlockSpec) -> Result<Self> {
         let c = spec.dim;
         let head_dim = c / spec.heads;
         let qk_norm = if spec.qk_norm {
@@ -59,17 +58,19 @@ impl TransformerBlock {
             qkv: linear(store, &format!("{prefix}.attn.qkv"), 3 * c, c)?,
             qk_norm,
             proj: linear(store, &format!("{prefix}.attn.proj"), c, c)?,
-            ls1: store.take(&format!("{prefix}.ls1.gamma"), &[c])?,
+            ls1: store.full(&format!("{prefix}.ls1.gamma"), &[c])?,
             norm2: layer_norm(store, &format!("{prefix}.norm2"), c, spec.eps)?,
             fc1: linear(store, &format!("{prefix}.mlp.fc1"), spec.hidden, c)?,
             fc2: linear(store, &format!("{prefix}.mlp.fc2"), c, spec.hidden)?,
-            ls2: store.take(&format!("{prefix}.ls2.gamma"), &[c])?,
+            ls2: store.full(&format!("{prefix}.ls2.gamma"), &[c])?,
             dim: c,
             heads: spec.heads,
             head_dim,
         })
     }
+}
 
+impl TransformerBlock {
     /// First half: `LN1`, the qkv projection split into q, k, v (rows of the projection are
     /// q for all heads, then k, then v), and qk-norm when the block has it. No RoPE here.
     pub fn qkv(&self, x: &[f32], tokens: usize) -> Qkv {

@@ -4,27 +4,28 @@
 
 use super::block::{BlockSpec, TransformerBlock};
 use super::config::ModelConfig;
-use super::spec::POSE_ENC_LEN;
 use super::error::Result;
-use super::loading::{layer_norm, linear};
+use super::loading::{FullLinear, MatLinear, Norm, full_linear, layer_norm, linear};
 use super::ops::activation::{gelu_in_place, silu};
 use super::ops::attention::{AttentionShape, attend};
-use super::ops::linear::Linear;
 use super::ops::norm::LayerNorm;
 use super::record::{Recorder, put};
-use super::weights::WeightStore;
+use super::spec::POSE_ENC_LEN;
+use super::storage::{Host, Loader, Storage};
 
-pub struct CameraHead {
-    pub(crate) empty_pose: Vec<f32>,
-    pub(crate) token_norm: LayerNorm,
-    pub(crate) embed_pose: Linear,
-    pub(crate) modulation: Linear,
+/// The camera head's parameters in storage `S`. The pose embedding (9 → W) and the pose
+/// branch's last layer (W/2 → 9) are tiny and stay f32 everywhere.
+pub struct CameraHead<S: Storage = Host> {
+    pub(crate) empty_pose: S::Full,
+    pub(crate) token_norm: Norm<S>,
+    pub(crate) embed_pose: FullLinear<S>,
+    pub(crate) modulation: MatLinear<S>,
     /// LayerNorm without affine parameters, eps 1e-6 (the adaptive norm's base).
-    pub(crate) adaptive_norm: LayerNorm,
-    pub(crate) trunk: Vec<TransformerBlock>,
-    pub(crate) trunk_norm: LayerNorm,
-    pub(crate) branch_fc1: Linear,
-    pub(crate) branch_fc2: Linear,
+    pub(crate) adaptive_norm: Norm<S>,
+    pub(crate) trunk: Vec<TransformerBlock<S>>,
+    pub(crate) trunk_norm: Norm<S>,
+    pub(crate) branch_fc1: MatLinear<S>,
+    pub(crate) branch_fc2: FullLinear<S>,
     pub(crate) width: usize,
     pub(crate) iterations: usize,
 }
@@ -56,8 +57,8 @@ impl CameraCache {
     }
 }
 
-impl CameraHead {
-    pub fn load(store: &mut WeightStore, cfg: &ModelConfig) -> Result<Self> {
+impl<S: Storage> CameraHead<S> {
+    pub fn load(store: &mut Loader<S>, cfg: &ModelConfig) -> Result<Self> {
         let w = cfg.head_input_dim();
         let spec = BlockSpec {
             dim: w,
@@ -70,9 +71,9 @@ impl CameraHead {
             .map(|j| TransformerBlock::load(store, &format!("camera_head.trunk.{j}"), &spec))
             .collect::<Result<Vec<_>>>()?;
         Ok(CameraHead {
-            empty_pose: store.take("camera_head.empty_pose_tokens", &[1, 1, POSE_ENC_LEN])?,
+            empty_pose: store.full("camera_head.empty_pose_tokens", &[1, 1, POSE_ENC_LEN])?,
             token_norm: layer_norm(store, "camera_head.token_norm", w, 1e-5)?,
-            embed_pose: linear(store, "camera_head.embed_pose", w, POSE_ENC_LEN)?,
+            embed_pose: full_linear(store, "camera_head.embed_pose", w, POSE_ENC_LEN)?,
             modulation: linear(store, "camera_head.poseLN_modulation.1", 3 * w, w)?,
             adaptive_norm: LayerNorm {
                 weight: None,
@@ -83,12 +84,14 @@ impl CameraHead {
             trunk,
             trunk_norm: layer_norm(store, "camera_head.trunk_norm", w, 1e-5)?,
             branch_fc1: linear(store, "camera_head.pose_branch.fc1", w / 2, w)?,
-            branch_fc2: linear(store, "camera_head.pose_branch.fc2", POSE_ENC_LEN, w / 2)?,
+            branch_fc2: full_linear(store, "camera_head.pose_branch.fc2", POSE_ENC_LEN, w / 2)?,
             width: w,
             iterations: cfg.cam_iters,
         })
     }
+}
 
+impl CameraHead {
     /// Pose encodings `[S][9]` from the last tap's camera tokens `[S][2C]`. `commit` appends
     /// this call's K/V to the cache (scale frames and keyframes); otherwise the frames attend
     /// to the cache plus themselves and leave nothing behind.

@@ -12,8 +12,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ModelError, Result};
+use super::spec::{AGGREGATOR_REGISTERS, DINO_REGISTERS, POSE_ENC_LEN};
 use super::weights::WeightStore;
-
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

@@ -3,39 +3,39 @@
 
 use super::block::{BlockSpec, TransformerBlock};
 use super::config::ModelConfig;
-use super::spec::DINO_REGISTERS;
 use super::error::{ModelError, Result};
-use super::loading::layer_norm;
+use super::loading::{MatLinear, Norm, layer_norm};
 use super::ops::attention::{AttentionShape, attend};
 use super::ops::conv::FeatureMap;
 use super::ops::linear::Linear;
-use super::ops::norm::LayerNorm;
 use super::ops::resize::resize_bicubic_aa;
-use super::weights::WeightStore;
+use super::spec::DINO_REGISTERS;
+use super::storage::{Host, Loader, Storage};
 
-pub struct DinoBackbone {
+pub struct DinoBackbone<S: Storage = Host> {
     /// The 14×14 stride-14 patch convolution as a linear map over flattened `[3][14][14]` patches.
-    pub(crate) patch_proj: Linear,
-    pub(crate) cls_token: Vec<f32>,
-    /// `[1 + grid²][C]`: the cls entry, then the square training grid row-major.
+    pub(crate) patch_proj: MatLinear<S>,
+    pub(crate) cls_token: S::Full,
+    /// `[1 + grid²][C]`: the cls entry, then the square training grid row-major. Kept on the
+    /// host by every storage: it is resized on the CPU once per input size.
     pub(crate) pos_embed: Vec<f32>,
-    pub(crate) register_tokens: Vec<f32>,
-    pub(crate) blocks: Vec<TransformerBlock>,
-    pub(crate) norm: LayerNorm,
+    pub(crate) register_tokens: S::Full,
+    pub(crate) blocks: Vec<TransformerBlock<S>>,
+    pub(crate) norm: Norm<S>,
     pub(crate) embed: usize,
     pub(crate) patch: usize,
     pub(crate) grid: usize,
 }
 
-impl DinoBackbone {
-    pub fn load(store: &mut WeightStore, cfg: &ModelConfig) -> Result<Self> {
+impl<S: Storage> DinoBackbone<S> {
+    pub fn load(store: &mut Loader<S>, cfg: &ModelConfig) -> Result<Self> {
         let c = cfg.embed;
         let p = cfg.patch;
         let grid = cfg.pos_grid();
         let pre = "aggregator.patch_embed";
         let patch_proj = Linear {
-            weight: store.take(&format!("{pre}.patch_embed.proj.weight"), &[c, 3, p, p])?,
-            bias: Some(store.take(&format!("{pre}.patch_embed.proj.bias"), &[c])?),
+            weight: store.matrix(&format!("{pre}.patch_embed.proj.weight"), &[c, 3, p, p])?,
+            bias: Some(store.bias(&format!("{pre}.patch_embed.proj.bias"), &[c])?),
             in_features: 3 * p * p,
             out_features: c,
         };
@@ -50,13 +50,13 @@ impl DinoBackbone {
             .map(|i| TransformerBlock::load(store, &format!("{pre}.blocks.{i}"), &spec))
             .collect::<Result<Vec<_>>>()?;
         // Unused at inference (masked-image training only); claimed so it is not "extra".
-        store.take(&format!("{pre}.mask_token"), &[1, c])?;
+        store.claim(&format!("{pre}.mask_token"), &[1, c])?;
         Ok(DinoBackbone {
             patch_proj,
-            cls_token: store.take(&format!("{pre}.cls_token"), &[1, 1, c])?,
-            pos_embed: store.take(&format!("{pre}.pos_embed"), &[1, 1 + grid * grid, c])?,
+            cls_token: store.full(&format!("{pre}.cls_token"), &[1, 1, c])?,
+            pos_embed: store.host(&format!("{pre}.pos_embed"), &[1, 1 + grid * grid, c])?,
             register_tokens: store
-                .take(&format!("{pre}.register_tokens"), &[1, DINO_REGISTERS, c])?,
+                .full(&format!("{pre}.register_tokens"), &[1, DINO_REGISTERS, c])?,
             blocks,
             norm: layer_norm(store, &format!("{pre}.norm"), c, 1e-6)?,
             embed: c,
@@ -95,7 +95,9 @@ impl DinoBackbone {
         }
         out
     }
+}
 
+impl DinoBackbone {
     /// Normalised patch tokens `[S][Np][C]` of ImageNet-normalised images `[S][3][H][W]`.
     pub fn forward(
         &self,

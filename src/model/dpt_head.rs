@@ -4,26 +4,25 @@
 use rayon::prelude::*;
 
 use super::config::ModelConfig;
-use super::spec::SPECIAL_TOKENS;
 use super::error::Result;
-use super::loading::{ConvSpec, conv, layer_norm};
-use super::ops::conv::{Conv2d, ConvTransposeUpsample, FeatureMap};
-use super::ops::norm::LayerNorm;
+use super::loading::{Conv, ConvSpec, FullConv, Norm, conv, full_conv, layer_norm};
+use super::ops::conv::{ConvTransposeUpsample, FeatureMap};
 use super::ops::resize::bilinear_align_corners;
-use super::weights::WeightStore;
+use super::spec::SPECIAL_TOKENS;
+use super::storage::{FilterLayout, Host, Loader, Storage};
 
 /// How a projected tap is brought to its pyramid level.
-pub(crate) enum Resize {
-    Up(ConvTransposeUpsample),
+pub(crate) enum Resize<S: Storage = Host> {
+    Up(ConvTransposeUpsample<S::Filter, S::Bias>),
     Identity,
-    Down(Conv2d),
+    Down(Conv<S>),
 }
 
 /// `RCU(x) = conv2(relu(conv1(relu(x)))) + relu(x)`: the reference's ReLU works in place on its
 /// input, so the skip connection adds the rectified input, not `x` itself.
-pub(crate) struct ResidualConvUnit {
-    pub(crate) conv1: Conv2d,
-    pub(crate) conv2: Conv2d,
+pub(crate) struct ResidualConvUnit<S: Storage = Host> {
+    pub(crate) conv1: Conv<S>,
+    pub(crate) conv2: Conv<S>,
 }
 
 impl ResidualConvUnit {
@@ -40,10 +39,10 @@ impl ResidualConvUnit {
     }
 }
 
-pub(crate) struct FusionBlock {
-    pub(crate) unit1: Option<ResidualConvUnit>,
-    pub(crate) unit2: ResidualConvUnit,
-    pub(crate) out_conv: Conv2d,
+pub(crate) struct FusionBlock<S: Storage = Host> {
+    pub(crate) unit1: Option<ResidualConvUnit<S>>,
+    pub(crate) unit2: ResidualConvUnit<S>,
+    pub(crate) out_conv: Conv<S>,
 }
 
 impl FusionBlock {
@@ -68,16 +67,18 @@ impl FusionBlock {
     }
 }
 
-pub struct DptHead {
-    pub(crate) norm: LayerNorm,
-    pub(crate) projects: Vec<Conv2d>,
-    pub(crate) resize: Vec<Resize>,
-    pub(crate) layer_rn: Vec<Conv2d>,
+/// The depth head's parameters in storage `S`; its last 1×1 convolution (32 → 2) is tiny and
+/// stays f32 everywhere.
+pub struct DptHead<S: Storage = Host> {
+    pub(crate) norm: Norm<S>,
+    pub(crate) projects: Vec<Conv<S>>,
+    pub(crate) resize: Vec<Resize<S>>,
+    pub(crate) layer_rn: Vec<Conv<S>>,
     /// refinenet1..4 in that order.
-    pub(crate) refine: Vec<FusionBlock>,
-    pub(crate) output_conv1: Conv2d,
-    pub(crate) output_conv2a: Conv2d,
-    pub(crate) output_conv2b: Conv2d,
+    pub(crate) refine: Vec<FusionBlock<S>>,
+    pub(crate) output_conv1: Conv<S>,
+    pub(crate) output_conv2a: Conv<S>,
+    pub(crate) output_conv2b: FullConv<S>,
     pub(crate) patch: usize,
 }
 
@@ -87,8 +88,8 @@ fn relu(x: &mut [f32]) {
     }
 }
 
-impl DptHead {
-    pub fn load(store: &mut WeightStore, cfg: &ModelConfig) -> Result<Self> {
+impl<S: Storage> DptHead<S> {
+    pub fn load(store: &mut Loader<S>, cfg: &ModelConfig) -> Result<Self> {
         let w = cfg.head_input_dim();
         let f = cfg.dpt_features;
         let o = &cfg.dpt_out;
@@ -108,14 +109,15 @@ impl DptHead {
                 spec(oc, w, 1, 1, 0, true),
             )?);
         }
-        let up = |store: &mut WeightStore, i: usize, k: usize| -> Result<Resize> {
+        let up = |store: &mut Loader<S>, i: usize, k: usize| -> Result<Resize<S>> {
             let c = o[i];
             Ok(Resize::Up(ConvTransposeUpsample {
-                weight: store.take(
+                weight: store.filter(
                     &format!("depth_head.resize_layers.{i}.weight"),
                     &[c, c, k, k],
+                    FilterLayout::ConvTranspose,
                 )?,
-                bias: store.take(&format!("depth_head.resize_layers.{i}.bias"), &[c])?,
+                bias: store.bias(&format!("depth_head.resize_layers.{i}.bias"), &[c])?,
                 in_channels: c,
                 out_channels: c,
                 kernel: k,
@@ -139,7 +141,7 @@ impl DptHead {
                 spec(f, oc, 3, 1, 1, false),
             )?);
         }
-        let unit = |store: &mut WeightStore, r: usize, u: usize| -> Result<ResidualConvUnit> {
+        let unit = |store: &mut Loader<S>, r: usize, u: usize| -> Result<ResidualConvUnit<S>> {
             let pre = format!("depth_head.scratch.refinenet{r}.resConfUnit{u}");
             Ok(ResidualConvUnit {
                 conv1: conv(store, &format!("{pre}.conv1"), spec(f, f, 3, 1, 1, true))?,
@@ -178,7 +180,7 @@ impl DptHead {
                 "depth_head.scratch.output_conv2.0",
                 spec(32, f / 2, 3, 1, 1, true),
             )?,
-            output_conv2b: conv(
+            output_conv2b: full_conv(
                 store,
                 "depth_head.scratch.output_conv2.2",
                 spec(2, 32, 1, 1, 0, true),
@@ -186,7 +188,9 @@ impl DptHead {
             patch: cfg.patch,
         })
     }
+}
 
+impl DptHead {
     /// Raw 2-channel output `[S][2][H][W]` (log-depth and confidence logit) from the 4 taps,
     /// each `[S][P][2C]`.
     pub fn forward(

@@ -37,7 +37,15 @@ pub enum ModelError {
     #[error("KV cache: {0}")]
     Cache(#[from] crate::kvcache::CacheError),
     #[error("GPU: {0}")]
-    Gpu(String),
+    Gpu(#[from] crate::backend::cuda::CudaError),
+    /// A tensor read from the file could not be put where the model keeps it (on the GPU, say).
+    #[error("{path}: tensor `{name}` could not be placed: {source}")]
+    Place {
+        path: PathBuf,
+        name: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("weights download: {0}")]
     Download(String),
 }

@@ -27,6 +27,7 @@ pub mod pose;
 pub mod preprocess;
 pub mod record;
 pub mod spec;
+pub mod storage;
 pub mod stream;
 
 pub use record::Recorder;

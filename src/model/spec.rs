@@ -58,7 +58,10 @@ pub fn cuda_header() -> String {
         ("SPEC_HEAD_DIM", HEAD_DIM.to_string()),
         ("SPEC_DINO_REGISTERS", DINO_REGISTERS.to_string()),
         ("SPEC_DINO_PREFIX_TOKENS", DINO_PREFIX_TOKENS.to_string()),
-        ("SPEC_AGGREGATOR_REGISTERS", AGGREGATOR_REGISTERS.to_string()),
+        (
+            "SPEC_AGGREGATOR_REGISTERS",
+            AGGREGATOR_REGISTERS.to_string(),
+        ),
         ("SPEC_SPECIAL_TOKENS", SPECIAL_TOKENS.to_string()),
         ("SPEC_POSE_ENC_LEN", POSE_ENC_LEN.to_string()),
         ("SPEC_ROPE2D_FREQS", ROPE2D_FREQS.to_string()),

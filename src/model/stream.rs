@@ -12,20 +12,23 @@ use crate::kvcache::{CacheConfig, StepKind};
 use super::aggregator::{Aggregator, CallPosition};
 use super::camera_head::{CameraCache, CameraHead};
 use super::config::ModelConfig;
-use super::spec::{POSE_ENC_LEN, SPECIAL_TOKENS};
 use super::dpt_head::DptHead;
 use super::error::{ModelError, Result};
 use super::pose::{Camera, decode_pose, unproject_to_world};
 use super::record::{Recorder, put};
+use super::spec::{POSE_ENC_LEN, SPECIAL_TOKENS};
+use super::storage::{Host, HostPlacement, Loader, Placement, Storage};
 use super::timing::{StageTimings, ms_since};
 use super::weights::WeightStore;
 use std::time::Instant;
 
-pub struct GctModel {
+/// The whole model: its configuration and one weight tree in storage `S` (the CPU model is
+/// `GctModel<Host>`; the GPU engine loads `GctModel<Device>` through the same code).
+pub struct GctModel<S: Storage = Host> {
     cfg: ModelConfig,
-    pub(crate) aggregator: Aggregator,
-    pub(crate) camera_head: CameraHead,
-    pub(crate) depth_head: DptHead,
+    pub(crate) aggregator: Aggregator<S>,
+    pub(crate) camera_head: CameraHead<S>,
+    pub(crate) depth_head: DptHead<S>,
 }
 
 /// Everything one call produces, per frame of the call.
@@ -96,14 +99,20 @@ pub fn streaming_schedule(total: u64, scale_frames: usize, keyframe_interval: us
     calls
 }
 
-impl GctModel {
-    /// Build the model from a weights store; unused tensors are a warning (see
-    /// [`WeightStore::finish`]).
-    pub fn from_store(cfg: ModelConfig, mut store: WeightStore) -> Result<Self> {
+impl<S: Storage> GctModel<S> {
+    /// Build the model from a weights store, each tensor going through `place` as it is read
+    /// (so at most one tensor is ever in host memory on its way elsewhere); unused tensors are a
+    /// warning (see [`WeightStore::finish`]).
+    pub fn load_placed(
+        cfg: ModelConfig,
+        mut store: WeightStore,
+        place: &mut dyn Placement<S>,
+    ) -> Result<Self> {
         cfg.validate(&store.source().display().to_string())?;
-        let aggregator = Aggregator::load(&mut store, &cfg)?;
-        let camera_head = CameraHead::load(&mut store, &cfg)?;
-        let depth_head = DptHead::load(&mut store, &cfg)?;
+        let mut loader = Loader::new(&mut store, place);
+        let aggregator = Aggregator::load(&mut loader, &cfg)?;
+        let camera_head = CameraHead::load(&mut loader, &cfg)?;
+        let depth_head = DptHead::load(&mut loader, &cfg)?;
         store.finish(false)?;
         Ok(GctModel {
             cfg,
@@ -113,16 +122,31 @@ impl GctModel {
         })
     }
 
-    pub fn load(cfg: ModelConfig, path: &Path) -> Result<Self> {
-        Self::from_store(cfg, WeightStore::load(path)?)
-    }
-
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
 
-    pub fn aggregator(&self) -> &Aggregator {
+    pub fn aggregator(&self) -> &Aggregator<S> {
         &self.aggregator
+    }
+
+    pub fn camera_head(&self) -> &CameraHead<S> {
+        &self.camera_head
+    }
+
+    pub fn depth_head(&self) -> &DptHead<S> {
+        &self.depth_head
+    }
+}
+
+impl GctModel {
+    /// The CPU model from a weights store.
+    pub fn from_store(cfg: ModelConfig, store: WeightStore) -> Result<Self> {
+        Self::load_placed(cfg, store, &mut HostPlacement)
+    }
+
+    pub fn load(cfg: ModelConfig, path: &Path) -> Result<Self> {
+        Self::from_store(cfg, WeightStore::load(path)?)
     }
 
     /// A fresh stream for `height × width` images with the given KV layout.

@@ -7,9 +7,9 @@ use half::bf16;
 
 use super::arena::DevPtr;
 use super::kv::DeviceKvCache;
-use crate::model::spec::HEAD_DIM;
 use super::tma::KvTensorMap;
 use super::{CudaDevice, CudaError};
+use crate::model::spec::HEAD_DIM;
 
 /// Keys per tile, in every kernel.
 pub const BLOCK_N: usize = 64;

@@ -17,6 +17,7 @@ use half::bf16;
 
 use super::arena::DevPtr;
 use super::gemm::{Epilogue, Gemm};
+use super::storage::DeviceBias;
 use super::{CudaDevice, CudaError};
 use crate::model::ops::conv::{Conv2d, ConvTransposeUpsample};
 
@@ -368,75 +369,33 @@ pub fn output_head(
 }
 
 /// A convolution on the device: 1x1 (stride 1, no padding) or 3x3 with padding 1 (stride 1 or
-/// 2), weight bf16 `[cout][k][k][cin]`, optional bias bf16 `[cout]`.
-pub struct DeviceConv {
-    weight: CudaSlice<bf16>,
-    bias: Option<CudaSlice<bf16>>,
-    pub cin: usize,
-    pub cout: usize,
-    pub kernel: usize,
-    pub stride: usize,
-}
+/// 2), filter bf16 `[cout][k][k][cin]`, optional bias (the GEMM epilogue reads its bf16 copy).
+/// The model's own weights (`Conv2d<Device>` of the weight tree), with the device's methods.
+pub type DeviceConv = Conv2d<CudaSlice<bf16>, DeviceBias>;
 
 impl DeviceConv {
-    /// Reorders PyTorch's `[out][in][kh][kw]` to `[out][kh][kw][in]` and uploads it as bf16.
-    pub fn upload(dev: &CudaDevice, conv: &Conv2d) -> Result<Self> {
-        let (k, s, p) = (conv.kernel, conv.stride, conv.padding);
+    /// Whether the kernels implement this convolution.
+    pub fn check(&self) -> Result<()> {
+        let (k, s, p) = (self.kernel, self.stride, self.padding);
         let supported = (k == 1 && s == 1 && p == 0) || (k == 3 && p == 1 && (s == 1 || s == 2));
         if !supported {
             return Err(invalid(format!(
                 "conv k{k} s{s} p{p}: only 1x1 and 3x3 pad-1 (stride 1 or 2) are implemented"
             )));
         }
-        let (cin, cout) = (conv.in_channels, conv.out_channels);
-        check_vec8(cin, "conv input")?;
-        check_vec8(cout, "conv output")?;
-        if conv.weight.len() != cout * cin * k * k {
-            return Err(invalid(format!(
-                "conv weight holds {} values, expected {cout}x{cin}x{k}x{k}",
-                conv.weight.len()
-            )));
-        }
-        let mut w = vec![0.0f32; conv.weight.len()];
-        for co in 0..cout {
-            for ci in 0..cin {
-                for ky in 0..k {
-                    for kx in 0..k {
-                        w[((co * k + ky) * k + kx) * cin + ci] =
-                            conv.weight[((co * cin + ci) * k + ky) * k + kx];
-                    }
-                }
-            }
-        }
-        let bias = match &conv.bias {
-            Some(b) if b.len() == cout => Some(upload_bf16(dev, b)?),
-            Some(b) => {
-                return Err(invalid(format!(
-                    "conv bias holds {} values, expected {cout}",
-                    b.len()
-                )));
-            }
-            None => None,
-        };
-        Ok(Self {
-            weight: upload_bf16(dev, &w)?,
-            bias,
-            cin,
-            cout,
-            kernel: k,
-            stride: s,
-        })
+        check_vec8(self.in_channels, "conv input")?;
+        check_vec8(self.out_channels, "conv output")
     }
 
     /// Output dims for an `h x w` input.
     pub fn out_dims(&self, h: usize, w: usize) -> Nhwc {
         if self.kernel == 1 {
-            Nhwc::new(h, w, self.cout)
+            Nhwc::new(h, w, self.out_channels)
         } else {
             Nhwc::new(
                 conv3x3_out(h, self.stride),
                 conv3x3_out(w, self.stride),
-                self.cout,
+                self.out_channels,
             )
         }
     }
@@ -447,7 +406,7 @@ impl DeviceConv {
         if self.kernel == 1 {
             0
         } else {
-            self.out_dims(h, w).pixels() * 9 * self.cin
+            self.out_dims(h, w).pixels() * 9 * self.in_channels
         }
     }
 
@@ -456,7 +415,7 @@ impl DeviceConv {
         if self.kernel == 1 {
             0
         } else {
-            conv3x3_out(w, self.stride) * 9 * self.cin
+            conv3x3_out(w, self.stride) * 9 * self.in_channels
         }
     }
 
@@ -474,12 +433,12 @@ impl DeviceConv {
         cols: DevPtr<bf16>,
         y: DevPtr<bf16>,
     ) -> Result<Nhwc> {
-        let inp = Nhwc::new(h, w, self.cin);
+        let inp = Nhwc::new(h, w, self.in_channels);
         let out = self.out_dims(h, w);
         x.check_len(inp.len(), "conv input")?;
         y.check_len(out.len(), "conv output")?;
         let weight = DevPtr::of(&self.weight);
-        let bias = self.bias.as_ref().map(DevPtr::of);
+        let bias = self.bias.as_ref().map(|b| DevPtr::of(&b.bf16));
         let epilogue = if bias.is_some() {
             Epilogue::Bias
         } else {
@@ -498,8 +457,8 @@ impl DeviceConv {
                 bias,
                 y,
                 out.pixels(),
-                self.cout,
-                self.cin,
+                self.out_channels,
+                self.in_channels,
                 epilogue,
             )?;
             return Ok(out);
@@ -512,7 +471,7 @@ impl DeviceConv {
                 cols.len()
             )));
         }
-        let kk = 9 * self.cin;
+        let kk = 9 * self.in_channels;
         let mut r0 = 0;
         while r0 < out.h {
             let nr = rows_per_chunk.min(out.h - r0);
@@ -523,9 +482,9 @@ impl DeviceConv {
                 cols.slice(0, m * kk)?,
                 weight,
                 bias,
-                y.slice(r0 * out.w * self.cout, m * self.cout)?,
+                y.slice(r0 * out.w * self.out_channels, m * self.out_channels)?,
                 m,
-                self.cout,
+                self.out_channels,
                 kk,
                 epilogue,
             )?;
@@ -535,58 +494,40 @@ impl DeviceConv {
     }
 }
 
-/// A transposed convolution with kernel == stride on the device: weight bf16 `[k][k][cout][cin]`
-/// (GEMM rows ordered so that the scatter moves contiguous channel runs), bias bf16 repeated
-/// per (ky, kx): `[k][k][cout]`.
-pub struct DeviceConvTranspose {
-    weight: CudaSlice<bf16>,
-    bias: CudaSlice<bf16>,
-    pub cin: usize,
-    pub cout: usize,
-    pub kernel: usize,
-}
+/// A transposed convolution with kernel == stride on the device: filter bf16 `[k][k][cout][cin]`
+/// (GEMM rows ordered so that the scatter moves contiguous channel runs). Its GEMM adds the bias
+/// repeated per (ky, kx), `[k][k][cout]`: [`Self::tiled_bias`] makes that once.
+pub type DeviceConvTranspose = ConvTransposeUpsample<CudaSlice<bf16>, DeviceBias>;
 
 impl DeviceConvTranspose {
-    /// Reorders PyTorch's `[in][out][kh][kw]` to `[kh][kw][out][in]`.
-    pub fn upload(dev: &CudaDevice, t: &ConvTransposeUpsample) -> Result<Self> {
-        let (cin, cout, k) = (t.in_channels, t.out_channels, t.kernel);
-        check_vec8(cin, "conv-transpose input")?;
-        check_vec8(cout, "conv-transpose output")?;
-        if t.weight.len() != cin * cout * k * k || t.bias.len() != cout || k == 0 {
-            return Err(invalid(format!(
-                "conv-transpose weight {} / bias {} values, expected {cin}x{cout}x{k}x{k} / {cout}",
-                t.weight.len(),
-                t.bias.len()
-            )));
+    /// Whether the kernels implement this transposed convolution.
+    pub fn check(&self) -> Result<()> {
+        check_vec8(self.in_channels, "conv-transpose input")?;
+        check_vec8(self.out_channels, "conv-transpose output")?;
+        if self.kernel == 0 {
+            return Err(invalid("conv-transpose with a zero kernel".into()));
         }
-        let mut w = vec![0.0f32; t.weight.len()];
-        for ci in 0..cin {
-            for co in 0..cout {
-                for ky in 0..k {
-                    for kx in 0..k {
-                        w[((ky * k + kx) * cout + co) * cin + ci] =
-                            t.weight[((ci * cout + co) * k + ky) * k + kx];
-                    }
-                }
-            }
+        Ok(())
+    }
+
+    /// The bias repeated for every (ky, kx), as the GEMM epilogue adds it (device copies only).
+    pub fn tiled_bias(&self, dev: &CudaDevice) -> Result<CudaSlice<bf16>> {
+        let (k, cout) = (self.kernel, self.out_channels);
+        let mut tiled = dev.stream.alloc_zeros::<bf16>(k * k * cout)?;
+        for t in 0..k * k {
+            let mut dst = tiled.slice_mut(t * cout..(t + 1) * cout);
+            dev.stream.memcpy_dtod(&self.bias.bf16, &mut dst)?;
         }
-        let bias: Vec<f32> = (0..k * k).flat_map(|_| t.bias.iter().copied()).collect();
-        Ok(Self {
-            weight: upload_bf16(dev, &w)?,
-            bias: upload_bf16(dev, &bias)?,
-            cin,
-            cout,
-            kernel: k,
-        })
+        Ok(tiled)
     }
 
     pub fn out_dims(&self, h: usize, w: usize) -> Nhwc {
-        Nhwc::new(h * self.kernel, w * self.kernel, self.cout)
+        Nhwc::new(h * self.kernel, w * self.kernel, self.out_channels)
     }
 
     /// Elements of the GEMM result `tmp` that `forward` needs for an `h x w` input.
     pub fn tmp_for(&self, h: usize, w: usize) -> usize {
-        h * w * self.kernel * self.kernel * self.cout
+        h * w * self.kernel * self.kernel * self.out_channels
     }
 
     /// `y [h*k][w*k][cout] = convT(x [h][w][cin])`, through `tmp` (see [`Self::tmp_for`]).
@@ -595,31 +536,32 @@ impl DeviceConvTranspose {
         &self,
         dev: &CudaDevice,
         gemm: &mut Gemm,
+        tiled_bias: DevPtr<bf16>,
         x: DevPtr<bf16>,
         h: usize,
         w: usize,
         tmp: DevPtr<bf16>,
         y: DevPtr<bf16>,
     ) -> Result<Nhwc> {
-        let n = self.kernel * self.kernel * self.cout;
+        let n = self.kernel * self.kernel * self.out_channels;
         let tmp = tmp.slice(0, self.tmp_for(h, w))?;
         gemm.linear(
             dev,
             x,
             DevPtr::of(&self.weight),
-            Some(DevPtr::of(&self.bias)),
+            Some(tiled_bias),
             tmp,
             h * w,
             n,
-            self.cin,
+            self.in_channels,
             Epilogue::Bias,
         )?;
         pixel_shuffle(
             dev,
             tmp,
-            Nhwc::new(h, w, self.cin),
+            Nhwc::new(h, w, self.in_channels),
             self.kernel,
-            self.cout,
+            self.out_channels,
             y,
         )?;
         Ok(self.out_dims(h, w))

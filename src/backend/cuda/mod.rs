@@ -5,6 +5,7 @@
 //! - [`registry`]: `kernels/*.cu`, as CUBIN built by build.rs or compiled by [`nvrtc`] at run time.
 //! - [`kv`]: the paged K/V pools and the device page table, driven by the host's page plan.
 //! - [`attention`]: the paged attention kernel, split-KV, and the dense (concatenating) baseline.
+//! - [`small_m`]: the linear layer for a few rows (the camera head's products).
 
 pub mod arena;
 pub mod attention;
@@ -16,6 +17,8 @@ pub mod kv;
 pub mod nvrtc;
 pub mod ops;
 pub mod registry;
+pub mod small_m;
+pub mod storage;
 pub mod tma;
 
 pub use attention::{

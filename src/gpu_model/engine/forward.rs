@@ -17,10 +17,11 @@ impl GpuSession {
         let dev = Arc::clone(&self.dev);
         let dev = &*dev;
         let sh = self.shape;
-        let w = Arc::clone(&self.weights);
+        let model = Arc::clone(&self.weights);
+        let w = model.aggregator();
         let b = &self.bufs;
         let c = sh.embed;
-        let cfg = self.cpu.config().clone();
+        let cfg = model.config().clone();
         let patch_len = 3 * cfg.patch * cfg.patch;
         let plane = sh.plane();
         let mut marks: Vec<(&'static str, CudaEvent)> = Vec::new();
@@ -63,8 +64,8 @@ impl GpuSession {
             ops::dino_assemble(
                 dev,
                 b.patch_emb.slice(f * sh.patches * c, sh.patches * c)?,
-                DevPtr::of(&w.dino.cls),
-                DevPtr::of(&w.dino.registers),
+                DevPtr::of(&w.dino.cls_token),
+                DevPtr::of(&w.dino.register_tokens),
                 b.dino_pos,
                 b.dino_x.slice(f * sh.dino_tokens * c, sh.dino_tokens * c)?,
                 sh.patches,
@@ -209,7 +210,7 @@ impl GpuSession {
         self.side.stream.wait(&aggregated)?;
         self.camera.forward(
             &self.side,
-            &mut self.side_gemm,
+            model.camera_head(),
             last_tap,
             sh.tokens * 2 * c,
             s,
@@ -237,6 +238,7 @@ impl GpuSession {
             self.dpt.forward(
                 dev,
                 &mut self.gemm,
+                model.depth_head(),
                 frame_taps,
                 2 * c,
                 b.depth.slice(f * plane, plane)?,

@@ -21,12 +21,13 @@ use crate::backend::cuda::arena::{Arena, ArenaPlan, DevPtr};
 use crate::backend::cuda::attention::AttentionKernel;
 use crate::backend::cuda::gemm::{Epilogue, Gemm, SharedChoices, TuneRecord, Tuning};
 use crate::backend::cuda::ops::{self, LnOut, Rope, RopeTables};
+use crate::backend::cuda::storage::{DeviceModel, DevicePlacement};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache, KvGeometry};
 use crate::kvcache::{CacheConfig, PageTable, SpecialPoolConfig, StepKind};
-use crate::model::GctModel;
-use crate::model::ModelConfig;
-use crate::model::spec::{DINO_REGISTERS, POSE_ENC_LEN, SPECIAL_TOKENS};
 use crate::model::pose::{Camera, decode_pose};
+use crate::model::spec::{DINO_REGISTERS, POSE_ENC_LEN, SPECIAL_TOKENS};
+use crate::model::weights::WeightStore;
+use crate::model::{ModelConfig, ModelError};
 
 use super::camera_head::GpuCameraHead;
 use super::dpt_head::GpuDptHead;
@@ -35,7 +36,6 @@ use super::transformer::{
     block_forward, local_tables,
 };
 use super::unproject::PointCompactor;
-use super::weights::GpuAggregatorWeights;
 
 mod device_io;
 mod forward;
@@ -47,11 +47,12 @@ use device_io::{ImageStaging, upload_raw};
 const SCALAR_ROPE_FRAME: usize = 0;
 const SCALAR_CAMERA_LEN: usize = 1;
 
-/// The model's weights on one GPU, shared by its sessions.
+/// The model's weights on one GPU (every part, heads included, uploaded once), shared by its
+/// sessions.
 pub struct GpuModel {
     dev: Arc<CudaDevice>,
-    cpu: Arc<GctModel>,
-    weights: Arc<GpuAggregatorWeights>,
+    weights: Arc<DeviceModel>,
+    weight_bytes: usize,
     /// GEMM algorithms measured by any session of this model.
     gemm_choices: SharedChoices,
 }
@@ -147,21 +148,28 @@ pub struct GpuStepOutput {
 }
 
 impl GpuModel {
-    /// Uploads `cpu`'s aggregator to GPU `ordinal` (the heads are uploaded per session, sized for
-    /// its resolution and length).
-    pub fn new(cpu: Arc<GctModel>, ordinal: usize) -> Result<Self, CudaError> {
+    /// Streams every tensor of `store` to GPU `ordinal` as it is read (bf16 matrices and
+    /// filters, f32 parameters): no host copy of the model is kept, and at most one tensor is
+    /// in host memory at a time.
+    pub fn load(cfg: ModelConfig, store: WeightStore, ordinal: usize) -> Result<Self, ModelError> {
         let dev = Arc::new(CudaDevice::open(ordinal)?);
         // One stream orders everything; per-buffer events would also end up inside graphs.
         // SAFETY: all of the model's work runs on `dev.stream`.
         unsafe { dev.ctx.disable_event_tracking() };
-        let weights = Arc::new(GpuAggregatorWeights::upload(&dev, &cpu.aggregator)?);
-        dev.stream.synchronize()?;
+        let mut place = DevicePlacement::new(&dev);
+        let weights = Arc::new(DeviceModel::load_placed(cfg, store, &mut place)?);
+        dev.stream.synchronize().map_err(CudaError::from)?;
         Ok(Self {
             dev,
-            cpu,
             weights,
+            weight_bytes: place.bytes(),
             gemm_choices: SharedChoices::default(),
         })
+    }
+
+    /// The weights on the device.
+    pub fn weights(&self) -> &Arc<DeviceModel> {
+        &self.weights
     }
 
     pub fn device(&self) -> &Arc<CudaDevice> {
@@ -169,11 +177,12 @@ impl GpuModel {
     }
 
     pub fn config(&self) -> &ModelConfig {
-        self.cpu.config()
+        self.weights.config()
     }
 
+    /// Device bytes of all the model's weights.
     pub fn weight_bytes(&self) -> usize {
-        self.weights.bytes()
+        self.weight_bytes
     }
 
     /// Device memory in use on the GPU right now (all processes), from the driver.
@@ -237,11 +246,10 @@ impl Shape {
 pub struct GpuSession {
     dev: Arc<CudaDevice>,
     /// A second stream: the camera head (small, latency-bound GEMVs) runs there, overlapping the
-    /// depth head on the main stream. Its own cuBLASLt handle and workspace.
+    /// depth head on the main stream.
     side: CudaDevice,
-    side_gemm: Gemm,
-    cpu: Arc<GctModel>,
-    weights: Arc<GpuAggregatorWeights>,
+    weights: Arc<DeviceModel>,
+    weight_bytes: usize,
     sc: SessionConfig,
     shape: Shape,
     gemm: Gemm,
@@ -283,7 +291,7 @@ impl GpuSession {
     fn new(model: &GpuModel, sc: SessionConfig) -> Result<Self, CudaError> {
         let dev = Arc::clone(&model.dev);
         dev.ctx.bind_to_thread()?;
-        let cfg = model.cpu.config().clone();
+        let cfg = model.config().clone();
         let p = cfg.patch;
         if sc.height == 0
             || sc.width == 0
@@ -332,14 +340,20 @@ impl GpuSession {
         let mut gemm = Gemm::new(&dev)?;
         gemm.set_tuning(sc.gemm_tuning, &model.gemm_choices);
         let side = dev.with_new_stream()?;
-        let mut side_gemm = Gemm::new(&side)?;
-        side_gemm.set_tuning(sc.gemm_tuning, &model.gemm_choices);
         let rope = RopeTables::new(&dev, cfg.max_frame_num, grid_h, grid_w)?;
-        let camera =
-            GpuCameraHead::upload(&dev, &model.cpu.camera_head, shape.max_call, sc.max_frames)?;
-        let dpt = GpuDptHead::upload(&dev, &model.cpu.depth_head, sc.height, sc.width)?;
+        let camera = GpuCameraHead::new(
+            &dev,
+            model.weights.camera_head(),
+            shape.max_call,
+            sc.max_frames,
+        )?;
+        let dpt = GpuDptHead::new(&dev, model.weights.depth_head(), sc.height, sc.width)?;
         let compactor = PointCompactor::new(&dev, sc.height, sc.width)?;
-        let dino_pos_host = model.cpu.aggregator.dino.position_table(grid_h, grid_w);
+        let dino_pos_host = model
+            .weights
+            .aggregator()
+            .dino()
+            .position_table(grid_h, grid_w);
         let dino_pos = dev.stream.clone_htod(&dino_pos_host)?;
 
         // The dense baseline's buffer holds every key the page table can show.
@@ -379,9 +393,8 @@ impl GpuSession {
         Ok(Self {
             dev,
             side,
-            side_gemm,
-            cpu: Arc::clone(&model.cpu),
             weights: Arc::clone(&model.weights),
+            weight_bytes: model.weight_bytes,
             sc,
             shape,
             gemm,
@@ -482,16 +495,14 @@ impl GpuSession {
         DeviceMemory {
             kv_bytes: self.kv.device_bytes(),
             arena_bytes: self.arena_bytes,
-            aggregator_weight_bytes: self.weights.bytes(),
+            weight_bytes: self.weight_bytes,
             camera_cache_bytes: self.camera.cache_bytes(),
         }
     }
 
-    /// What GEMM tuning chose (main stream, then the camera head's side stream).
+    /// What GEMM tuning chose (the camera head on the side stream has no GEMMs).
     pub fn gemm_tune_records(&self) -> Vec<TuneRecord> {
-        let mut all = self.gemm.tune_records().to_vec();
-        all.extend_from_slice(self.side_gemm.tune_records());
-        all
+        self.gemm.tune_records().to_vec()
     }
 
     pub fn committed_frames(&self) -> u64 {
@@ -577,7 +588,7 @@ impl GpuSession {
                     .into(),
             ));
         }
-        let cfg = self.cpu.config();
+        let cfg = self.weights.config();
         let scale_frames = *self.scale_frames.get_or_insert(s.min(cfg.scale_frames));
         let committed = self.table.committed_frames();
         if committed as usize + s > cfg.max_frame_num {
@@ -686,6 +697,7 @@ impl GpuSession {
 pub struct DeviceMemory {
     pub kv_bytes: usize,
     pub arena_bytes: usize,
-    pub aggregator_weight_bytes: usize,
+    /// All the model's weights (shared by the model's sessions).
+    pub weight_bytes: usize,
     pub camera_cache_bytes: usize,
 }

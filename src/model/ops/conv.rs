@@ -29,11 +29,11 @@ impl FeatureMap {
     }
 }
 
-/// Conv2d weights in PyTorch layout `[out][in][kh][kw]`.
+/// Conv2d weights, on the CPU in PyTorch layout `[out][in][kh][kw]` (filter `F`, bias `B`).
 #[derive(Clone, Debug)]
-pub struct Conv2d {
-    pub weight: Vec<f32>,
-    pub bias: Option<Vec<f32>>,
+pub struct Conv2d<F = Vec<f32>, B = F> {
+    pub weight: F,
+    pub bias: Option<B>,
     pub in_channels: usize,
     pub out_channels: usize,
     pub kernel: usize,
@@ -129,9 +129,9 @@ fn im2col(
 /// Transposed convolution whose stride equals its kernel (non-overlapping upsampling), weights
 /// in PyTorch layout `[in][out][k][k]`.
 #[derive(Clone, Debug)]
-pub struct ConvTransposeUpsample {
-    pub weight: Vec<f32>,
-    pub bias: Vec<f32>,
+pub struct ConvTransposeUpsample<F = Vec<f32>, B = F> {
+    pub weight: F,
+    pub bias: B,
     pub in_channels: usize,
     pub out_channels: usize,
     pub kernel: usize,

@@ -12,11 +12,12 @@ pub fn gemm_parallelism(m: usize, n: usize, k: usize) -> Parallelism {
     }
 }
 
-/// A linear layer with the PyTorch weight layout `[out][in]`.
+/// A linear layer with the PyTorch weight layout `[out][in]`, its weight and bias of types `M`
+/// and `B` (f32 vectors on the CPU; see [`crate::model::storage`]).
 #[derive(Clone, Debug)]
-pub struct Linear {
-    pub weight: Vec<f32>,
-    pub bias: Option<Vec<f32>>,
+pub struct Linear<M = Vec<f32>, B = M> {
+    pub weight: M,
+    pub bias: Option<B>,
     pub in_features: usize,
     pub out_features: usize,
 }

@@ -2,11 +2,12 @@
 
 use rayon::prelude::*;
 
+/// Parameters of type `V` (f32 vectors on the CPU, device buffers on the GPU).
 #[derive(Clone, Debug)]
-pub struct LayerNorm {
+pub struct LayerNorm<V = Vec<f32>> {
     /// `None` for the affine-free norm of the camera head's modulation.
-    pub weight: Option<Vec<f32>>,
-    pub bias: Option<Vec<f32>>,
+    pub weight: Option<V>,
+    pub bias: Option<V>,
     pub dim: usize,
     pub eps: f32,
 }

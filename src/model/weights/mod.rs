@@ -1,6 +1,7 @@
-//! Loading model weights: safetensors (memory-mapped) and PyTorch `.pt` checkpoints, both turned
-//! into one name → f32 tensor store. The model takes tensors out of the store by name with the
-//! shape it expects; whatever is left over at the end is reported as unused.
+//! Loading model weights: safetensors and PyTorch `.pt` checkpoints, both seen as one
+//! name → tensor store that reads each tensor (converted to f32) when it is taken. The model
+//! takes tensors out of the store by name with the shape it expects; whatever is left over at
+//! the end is reported as unused.
 //!
 //! Policy (documented in docs/model.md): a missing tensor or a wrong shape is an error naming the
 //! file and the tensor; tensors the model does not use are a warning (like the reference's
@@ -55,17 +56,49 @@ pub(crate) fn decode_elements(bytes: &[u8], dtype: StorageDtype) -> Vec<f32> {
     }
 }
 
-/// All tensors of one weights source, keyed by parameter name.
+/// Where a store's tensor values come from.
+enum Backing {
+    /// Already in memory (random weights, tests).
+    Memory(HashMap<String, Vec<f32>>),
+    /// A safetensors file, read one tensor at a time.
+    Safetensors {
+        file: std::fs::File,
+        entries: HashMap<String, safetensors_file::SafetensorsEntry>,
+    },
+    /// A PyTorch zip checkpoint, one storage record at a time.
+    Torch {
+        archive: Box<zip::ZipArchive<std::fs::File>>,
+        data_prefix: String,
+        entries: HashMap<String, pickle::TensorRef>,
+    },
+}
+
+impl std::fmt::Debug for Backing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backing::Memory(_) => "Memory",
+            Backing::Safetensors { .. } => "Safetensors",
+            Backing::Torch { .. } => "Torch",
+        })
+    }
+}
+
+/// All tensors of one weights source, keyed by parameter name. A file-backed store indexes
+/// names and shapes when it opens and reads a tensor's values only when it is taken, so the
+/// caller decides where each tensor goes (kept as f32 by the CPU model, sent to the GPU as
+/// bf16 and dropped) and no whole copy of the checkpoint ever sits in memory.
 #[derive(Debug)]
 pub struct WeightStore {
     /// Where the tensors came from (a path, or a label such as `random:tiny`), for messages.
     source: PathBuf,
-    tensors: HashMap<String, Tensor>,
+    shapes: HashMap<String, Vec<usize>>,
+    backing: Backing,
 }
 
 impl WeightStore {
-    /// Load a safetensors file or a PyTorch checkpoint, chosen by content (zip magic) rather
-    /// than by extension, so a misnamed file still loads.
+    /// Open a safetensors file or a PyTorch checkpoint, chosen by content (zip magic) rather
+    /// than by extension, so a misnamed file still loads. Only the index is read here; a
+    /// damaged header or a missing storage record is an error now, not later.
     pub fn load(path: &Path) -> Result<Self> {
         let mut magic = [0u8; 4];
         {
@@ -79,26 +112,63 @@ impl WeightStore {
                 ));
             }
         }
-        let raw = if &magic == b"PK\x03\x04" {
-            torch_checkpoint::read_torch_checkpoint(path)?
+        let mut shapes = HashMap::new();
+        let backing = if &magic == b"PK\x03\x04" {
+            let index = torch_checkpoint::index_torch_checkpoint(path)?;
+            let mut entries = HashMap::with_capacity(index.tensors.len());
+            for (name, t) in index.tensors {
+                shapes.insert(name.clone(), t.shape.clone());
+                entries.insert(name, t);
+            }
+            Backing::Torch {
+                archive: Box::new(index.archive),
+                data_prefix: index.data_prefix,
+                entries,
+            }
         } else {
-            safetensors_file::read_safetensors(path)?
+            let index = safetensors_file::index_safetensors(path)?;
+            let mut entries = HashMap::with_capacity(index.tensors.len());
+            for (name, shape, entry) in index.tensors {
+                shapes.insert(name.clone(), shape);
+                entries.insert(name, entry);
+            }
+            Backing::Safetensors {
+                file: index.file,
+                entries,
+            }
         };
-        Self::from_raw(path, raw)
+        Ok(WeightStore {
+            source: path.to_owned(),
+            shapes,
+            backing,
+        })
     }
 
     pub fn from_raw(source: impl Into<PathBuf>, raw: Vec<RawTensor>) -> Result<Self> {
         let source = source.into();
-        let mut tensors = HashMap::with_capacity(raw.len());
+        let mut shapes = HashMap::with_capacity(raw.len());
+        let mut values = HashMap::with_capacity(raw.len());
         for t in raw {
-            let tensor = Tensor::new(t.shape, t.data).map_err(|e| ModelError::BadTensor {
-                path: source.clone(),
-                name: t.name.clone(),
-                reason: e.to_string(),
-            })?;
-            tensors.insert(t.name, tensor);
+            let expected: usize = t.shape.iter().product();
+            if expected != t.data.len() {
+                return Err(ModelError::BadTensor {
+                    path: source.clone(),
+                    name: t.name,
+                    reason: format!(
+                        "shape {:?} needs {expected} values, got {}",
+                        t.shape,
+                        t.data.len()
+                    ),
+                });
+            }
+            shapes.insert(t.name.clone(), t.shape);
+            values.insert(t.name, t.data);
         }
-        Ok(WeightStore { source, tensors })
+        Ok(WeightStore {
+            source,
+            shapes,
+            backing: Backing::Memory(values),
+        })
     }
 
     pub fn source(&self) -> &Path {
@@ -106,48 +176,106 @@ impl WeightStore {
     }
 
     pub fn len(&self) -> usize {
-        self.tensors.len()
+        self.shapes.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tensors.is_empty()
+        self.shapes.is_empty()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tensors.keys().map(String::as_str)
-    }
-
-    pub fn get(&self, name: &str) -> Option<&Tensor> {
-        self.tensors.get(name)
+        self.shapes.keys().map(String::as_str)
     }
 
     pub fn shape(&self, name: &str) -> Option<&[usize]> {
-        self.tensors.get(name).map(|t| t.shape.as_slice())
+        self.shapes.get(name).map(Vec::as_slice)
     }
 
-    /// Remove a tensor, checking its shape.
-    pub fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
-        let tensor = self
-            .tensors
-            .remove(name)
+    /// A tensor's values, read from the source; the tensor stays in the store.
+    pub fn read(&mut self, name: &str) -> Result<Tensor> {
+        let shape = self
+            .shapes
+            .get(name)
+            .cloned()
             .ok_or_else(|| ModelError::MissingTensor {
                 path: self.source.clone(),
                 name: name.to_owned(),
             })?;
-        if tensor.shape != expected {
+        let data = self.read_values(name)?;
+        Tensor::new(shape, data).map_err(|e| ModelError::BadTensor {
+            path: self.source.clone(),
+            name: name.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn read_values(&mut self, name: &str) -> Result<Vec<f32>> {
+        let missing = || ModelError::MissingTensor {
+            path: self.source.clone(),
+            name: name.to_owned(),
+        };
+        match &mut self.backing {
+            Backing::Memory(values) => values.get(name).cloned().ok_or_else(missing),
+            Backing::Safetensors { file, entries } => {
+                let entry = entries.get(name).ok_or_else(missing)?;
+                safetensors_file::read_entry(file, entry)
+                    .map_err(|e| ModelError::io(&self.source, e))
+            }
+            Backing::Torch {
+                archive,
+                data_prefix,
+                entries,
+            } => {
+                let tensor = entries.get(name).ok_or_else(missing)?;
+                torch_checkpoint::read_tensor(archive, data_prefix, tensor, &self.source)
+            }
+        }
+    }
+
+    /// Remove a tensor's entry after checking its shape, without reading it.
+    fn remove_checked(&mut self, name: &str, expected: &[usize]) -> Result<()> {
+        let shape = self
+            .shapes
+            .get(name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                path: self.source.clone(),
+                name: name.to_owned(),
+            })?;
+        if shape != expected {
             return Err(ModelError::WrongShape {
                 path: self.source.clone(),
                 name: name.to_owned(),
                 expected: expected.to_vec(),
-                found: tensor.shape,
+                found: shape.clone(),
             });
         }
-        Ok(tensor.data)
+        self.shapes.remove(name);
+        Ok(())
+    }
+
+    /// Remove a tensor, checking its shape, and return its values.
+    pub fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+        self.remove_checked(name, expected)?;
+        let data = self.read_values(name)?;
+        if let Backing::Memory(values) = &mut self.backing {
+            values.remove(name);
+        }
+        Ok(data)
+    }
+
+    /// Mark a tensor the model does not use at inference as used, checking its shape, without
+    /// reading its values.
+    pub fn claim(&mut self, name: &str, expected: &[usize]) -> Result<()> {
+        self.remove_checked(name, expected)?;
+        if let Backing::Memory(values) = &mut self.backing {
+            values.remove(name);
+        }
+        Ok(())
     }
 
     /// Names still in the store (not used by the model), sorted.
     pub fn leftover(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.tensors.keys().cloned().collect();
+        let mut v: Vec<String> = self.shapes.keys().cloned().collect();
         v.sort();
         v
     }

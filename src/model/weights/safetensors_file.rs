@@ -1,25 +1,42 @@
-//! safetensors files, memory-mapped: the header is parsed in place and each tensor is converted
-//! to f32 straight from the mapping, so a large file is never copied as a whole.
+//! safetensors files: the header is indexed first, then each tensor is read and converted to f32
+//! when the model asks for it, so a large file is never held in memory as a whole.
 
 use std::fs::File;
 use std::path::Path;
 
 use safetensors::{Dtype, SafeTensors};
 
+use super::decode_elements;
 use super::pickle::StorageDtype;
-use super::{RawTensor, decode_elements};
 use crate::model::error::{ModelError, Result};
 
-pub fn read_safetensors(path: &Path) -> Result<Vec<RawTensor>> {
+/// Where one tensor of a safetensors file lies.
+#[derive(Clone, Debug)]
+pub(crate) struct SafetensorsEntry {
+    pub dtype: StorageDtype,
+    /// Absolute byte range in the file.
+    pub start: u64,
+    pub len: usize,
+}
+
+/// The tensors of a safetensors file, indexed from its header alone: nothing else of the file is
+/// read until a tensor is asked for, so loading a large checkpoint touches each byte once.
+pub(crate) struct SafetensorsIndex {
+    pub file: File,
+    pub tensors: Vec<(String, Vec<usize>, SafetensorsEntry)>,
+}
+
+pub(crate) fn index_safetensors(path: &Path) -> Result<SafetensorsIndex> {
     let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-    // SAFETY: the mapping is read-only and lives only inside this function; a file truncated by
-    // another process while mapped is outside what we can defend against (as for any mmap use).
+    // SAFETY: the mapping is read-only and only the header is read through it (its checks need
+    // the whole length); it is dropped before this function returns.
     let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
-    let st = SafeTensors::deserialize(&mmap)
+    let (header_len, metadata) = SafeTensors::read_metadata(&mmap)
         .map_err(|e| ModelError::bad_file(path, format!("safetensors header: {e}")))?;
-    let mut out = Vec::new();
-    for (name, view) in st.tensors() {
-        let dtype = match view.dtype() {
+    let data_start = 8 + header_len as u64;
+    let mut tensors = Vec::new();
+    for (name, info) in metadata.tensors() {
+        let dtype = match info.dtype {
             Dtype::F32 => StorageDtype::F32,
             Dtype::F16 => StorageDtype::F16,
             Dtype::BF16 => StorageDtype::BF16,
@@ -32,13 +49,27 @@ pub fn read_safetensors(path: &Path) -> Result<Vec<RawTensor>> {
                 });
             }
         };
-        out.push(RawTensor {
-            shape: view.shape().to_vec(),
-            data: decode_elements(view.data(), dtype),
+        let (begin, end) = info.data_offsets;
+        tensors.push((
             name,
-        });
+            info.shape.clone(),
+            SafetensorsEntry {
+                dtype,
+                start: data_start + begin as u64,
+                len: end - begin,
+            },
+        ));
     }
-    Ok(out)
+    drop(mmap);
+    Ok(SafetensorsIndex { file, tensors })
+}
+
+/// One tensor's values as f32, read from the file with one positioned read.
+pub(crate) fn read_entry(file: &File, entry: &SafetensorsEntry) -> std::io::Result<Vec<f32>> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0u8; entry.len];
+    file.read_exact_at(&mut bytes, entry.start)?;
+    Ok(decode_elements(&bytes, entry.dtype))
 }
 
 /// A tensor's name, shape and values widened to f64.

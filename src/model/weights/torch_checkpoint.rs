@@ -2,17 +2,24 @@
 //! archive holds `<root>/data.pkl` (the pickled object) and one record `<root>/data/<key>` per
 //! storage. The object is either `{"model": state_dict}` or a bare state dict.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use super::decode_elements;
 use super::pickle::{self, TensorRef, Value};
-use super::{RawTensor, decode_elements};
 use crate::model::error::{ModelError, Result};
 
-/// Read every tensor of a `.pt` checkpoint, converted to f32.
-pub fn read_torch_checkpoint(path: &Path) -> Result<Vec<RawTensor>> {
+/// The tensors of a `.pt` checkpoint, indexed from its pickle: each tensor's storage record is
+/// read only when the model asks for that tensor, so the checkpoint is never in memory whole.
+pub(crate) struct TorchIndex {
+    pub archive: zip::ZipArchive<File>,
+    /// Record name prefix (`<root>/data/`).
+    pub data_prefix: String,
+    pub tensors: Vec<(String, TensorRef)>,
+}
+
+pub(crate) fn index_torch_checkpoint(path: &Path) -> Result<TorchIndex> {
     let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
     let mut archive = zip::ZipArchive::new(file)
         .map_err(|e| ModelError::bad_file(path, format!("not a PyTorch zip checkpoint ({e})")))?;
@@ -33,47 +40,45 @@ pub fn read_torch_checkpoint(path: &Path) -> Result<Vec<RawTensor>> {
     }
     let object = pickle::evaluate(&pickle_bytes)
         .map_err(|e| ModelError::bad_file(path, format!("data.pkl: {}", e.0)))?;
-    let entries = state_dict_entries(object)
+    let tensors = state_dict_entries(object)
         .ok_or_else(|| ModelError::bad_file(path, "data.pkl holds no state dict"))?;
-
-    // Tensors may share a storage record; each record is read once and dropped after its last
-    // tensor, so peak memory stays near the f32 result rather than twice the checkpoint.
-    let mut uses: HashMap<String, usize> = HashMap::new();
-    for (_, t) in &entries {
-        *uses.entry(t.storage_key.clone()).or_default() += 1;
-    }
-    let mut storages: HashMap<String, Vec<u8>> = HashMap::new();
-    let mut out = Vec::with_capacity(entries.len());
-    for (name, tensor) in entries {
-        if !storages.contains_key(&tensor.storage_key) {
-            let record = format!("{root}data/{}", tensor.storage_key);
-            let bytes =
-                read_record(&mut archive, &record, path).map_err(|_| ModelError::BadTensor {
-                    path: path.to_owned(),
-                    name: name.clone(),
-                    reason: format!("storage record `{record}` is missing or unreadable"),
-                })?;
-            storages.insert(tensor.storage_key.clone(), bytes);
-        }
-        let bytes = &storages[&tensor.storage_key];
-        let data = gather_strided(bytes, &tensor).map_err(|reason| ModelError::BadTensor {
+    let data_prefix = format!("{root}data/");
+    // Every record a tensor needs must exist and be long enough, checked now from the zip's
+    // directory, so a damaged checkpoint fails at load and not halfway through the model.
+    for (name, tensor) in &tensors {
+        let record = format!("{data_prefix}{}", tensor.storage_key);
+        let size = archive
+            .by_name(&record)
+            .map(|entry| entry.size())
+            .map_err(|_| ModelError::BadTensor {
+                path: path.to_owned(),
+                name: name.clone(),
+                reason: format!("storage record `{record}` is missing or unreadable"),
+            })?;
+        let elements = usize::try_from(size).unwrap_or(usize::MAX) / tensor.dtype.size_bytes();
+        check_reach(elements, tensor).map_err(|reason| ModelError::BadTensor {
             path: path.to_owned(),
             name: name.clone(),
             reason,
         })?;
-        if let Some(n) = uses.get_mut(&tensor.storage_key) {
-            *n -= 1;
-            if *n == 0 {
-                storages.remove(&tensor.storage_key);
-            }
-        }
-        out.push(RawTensor {
-            name,
-            shape: tensor.shape,
-            data,
-        });
     }
-    Ok(out)
+    Ok(TorchIndex {
+        archive,
+        data_prefix,
+        tensors,
+    })
+}
+
+/// One tensor's values as f32: its storage record read, the tensor's window gathered.
+pub(crate) fn read_tensor(
+    archive: &mut zip::ZipArchive<File>,
+    data_prefix: &str,
+    tensor: &TensorRef,
+    path: &Path,
+) -> Result<Vec<f32>> {
+    let record = format!("{data_prefix}{}", tensor.storage_key);
+    let bytes = read_record(archive, &record, path)?;
+    gather_strided(&bytes, tensor).map_err(|reason| ModelError::bad_file(path, reason))
 }
 
 fn read_record(archive: &mut zip::ZipArchive<File>, name: &str, path: &Path) -> Result<Vec<u8>> {
@@ -120,15 +125,11 @@ fn state_dict_entries(object: Value) -> Option<Vec<(String, TensorRef)>> {
     }
 }
 
-/// Copy a strided window of a storage into a contiguous f32 buffer.
-fn gather_strided(bytes: &[u8], t: &TensorRef) -> std::result::Result<Vec<f32>, String> {
-    let elem = t.dtype.size_bytes();
-    let storage_len = bytes.len() / elem;
-    let numel: usize = t.shape.iter().product();
-    if numel == 0 {
-        return Ok(Vec::new());
+/// Whether a storage of `storage_len` elements holds every element the tensor reaches.
+fn check_reach(storage_len: usize, t: &TensorRef) -> std::result::Result<(), String> {
+    if t.shape.contains(&0) {
+        return Ok(());
     }
-    // Largest element index touched, checked against the storage size before any read.
     let mut last = t.offset;
     for (&n, &s) in t.shape.iter().zip(&t.stride) {
         last = (n - 1)
@@ -141,6 +142,18 @@ fn gather_strided(bytes: &[u8], t: &TensorRef) -> std::result::Result<Vec<f32>, 
             "storage holds {storage_len} elements but the tensor reaches element {last} (truncated file?)"
         ));
     }
+    Ok(())
+}
+
+/// Copy a strided window of a storage into a contiguous f32 buffer.
+fn gather_strided(bytes: &[u8], t: &TensorRef) -> std::result::Result<Vec<f32>, String> {
+    let elem = t.dtype.size_bytes();
+    let storage_len = bytes.len() / elem;
+    let numel: usize = t.shape.iter().product();
+    if numel == 0 {
+        return Ok(Vec::new());
+    }
+    check_reach(storage_len, t)?;
     let contiguous = {
         let mut expect = 1usize;
         let mut ok = true;
