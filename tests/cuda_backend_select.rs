@@ -1,11 +1,23 @@
 //! Backend selection never panics: without a GPU (CI) `Auto` falls back to the CPU with the reason
 //! in words and `Cuda` is an error carrying it; with one, `Auto` picks CUDA.
 
-use streamrecon::backend::{Backend, Preference, probe_cuda, select};
+use streamrecon::backend::load::{
+    LoadError, ModelRequest, RandomPreset, Weights, load_frame_model,
+};
+use streamrecon::backend::{Backend, Preference, probe_cuda};
+
+fn tiny(backend: Preference) -> ModelRequest {
+    ModelRequest {
+        weights: Weights::Random(RandomPreset::Tiny),
+        config: None,
+        backend,
+        device: 0,
+    }
+}
 
 #[test]
 fn selection_follows_the_probe() {
-    let cpu = select(Preference::Cpu).expect("the CPU is always available");
+    let cpu = load_frame_model(&tiny(Preference::Cpu)).expect("the CPU is always available");
     assert_eq!(cpu.backend, Backend::Cpu);
     assert!(cpu.cuda_unavailable.is_none());
 
@@ -16,16 +28,23 @@ fn selection_follows_the_probe() {
                 info.name, info.arch, info.sm_count
             );
             assert!(info.sm_count > 0);
-            assert_eq!(select(Preference::Auto).unwrap().backend, Backend::Cuda);
-            assert_eq!(select(Preference::Cuda).unwrap().backend, Backend::Cuda);
+            let auto = load_frame_model(&tiny(Preference::Auto)).expect("auto");
+            assert_eq!(auto.backend, Backend::Cuda);
+            assert!(auto.model.describe().starts_with("CUDA"));
+            let cuda = load_frame_model(&tiny(Preference::Cuda)).expect("cuda");
+            assert_eq!(cuda.backend, Backend::Cuda);
         }
         Err(reason) => {
             eprintln!("no CUDA here: {reason}");
             assert!(!reason.is_empty());
-            let auto = select(Preference::Auto).unwrap();
+            let auto = load_frame_model(&tiny(Preference::Auto)).expect("auto falls back");
             assert_eq!(auto.backend, Backend::Cpu);
             assert_eq!(auto.cuda_unavailable.as_deref(), Some(reason.as_str()));
-            assert_eq!(select(Preference::Cuda).unwrap_err(), reason);
+            match load_frame_model(&tiny(Preference::Cuda)) {
+                Err(LoadError::CudaUnavailable(why)) => assert_eq!(why, reason),
+                Err(e) => panic!("--backend cuda without CUDA: unexpected error {e}"),
+                Ok(_) => panic!("--backend cuda without CUDA must be an error"),
+            }
         }
     }
 }

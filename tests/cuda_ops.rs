@@ -648,7 +648,7 @@ fn qkv_frames_past_the_rope_table_are_nan() {
 fn patchify_normalized_matches_cpu() {
     let Some(dev) = device() else { return };
     let mut rng = StdRng::seed_from_u64(4);
-    let (h, w, p) = (378, 518, ops::PATCH);
+    let (h, w, p) = (378, 518, streamrecon::model::spec::PATCH);
     let image = random(&mut rng, 3 * h * w, 0.0, 1.0);
     // The CPU path: normalise, then flatten each patch as [channel][ky][kx] (DinoBackbone).
     let norm = imagenet_normalize(&image, 1, h * w);

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::backend::load::{ModelRequest, RandomPreset, Weights, load_frame_model};
+use crate::backend::load::{LoadError, ModelRequest, RandomPreset, Weights, load_frame_model};
 use crate::model::ModelConfig;
 use crate::pipeline::FrameModel;
 use std::sync::Arc;
@@ -42,11 +42,14 @@ pub fn checkpoint(path: &Path, config: Option<ModelConfig>, backend: BackendArg)
 
 /// Loads `req`, saying on stderr why the GPU is not used when `auto` fell back to the CPU.
 pub fn load(req: &ModelRequest) -> anyhow::Result<Arc<dyn FrameModel>> {
-    let loaded = match &req.weights {
-        Weights::File(path) => load_frame_model(req)
-            .map_err(|e| anyhow::Error::new(e).context(format!("loading {}", path.display())))?,
-        Weights::Random(_) => load_frame_model(req)?,
-    };
+    let loaded = load_frame_model(req).map_err(|e| {
+        let context = match (&e, &req.weights) {
+            (LoadError::CudaUnavailable(_), _) => "--backend cuda".to_owned(),
+            (_, Weights::File(path)) => format!("loading {}", path.display()),
+            (_, Weights::Random(_)) => "random weights".to_owned(),
+        };
+        anyhow::Error::new(e).context(context)
+    })?;
     if let Some(why) = &loaded.cuda_unavailable {
         eprintln!("CUDA unavailable ({why}); running the model on the CPU");
     }

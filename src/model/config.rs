@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ModelError, Result};
-use super::spec::{AGGREGATOR_REGISTERS, DINO_REGISTERS, POSE_ENC_LEN};
+use super::spec::{AGGREGATOR_REGISTERS, DINO_REGISTERS, PATCH, POSE_ENC_LEN};
 use super::weights::WeightStore;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,7 +58,7 @@ impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
             img_size: 518,
-            patch: 14,
+            patch: PATCH,
             embed: 1024,
             heads: 16,
             depth: 24,
@@ -83,7 +83,7 @@ impl ModelConfig {
     pub fn tiny() -> Self {
         ModelConfig {
             img_size: 70,
-            patch: 14,
+            patch: PATCH,
             embed: 128,
             heads: 2,
             depth: 6,

@@ -20,7 +20,7 @@ impl Default for PreprocessConfig {
     fn default() -> Self {
         PreprocessConfig {
             width: 518,
-            patch: 14,
+            patch: crate::model::spec::PATCH,
         }
     }
 }

@@ -11,6 +11,9 @@
 /// Head width of every attention layer on the GPU (the kernels are specialised for it).
 pub const HEAD_DIM: usize = 64;
 
+/// Patch size of the DINOv2 ViT-L/14 backbone (the default of `ModelConfig::patch`).
+pub const PATCH: usize = 14;
+
 /// DINOv2 register tokens, placed after its cls token.
 pub const DINO_REGISTERS: usize = 4;
 /// DINO tokens before the patches: cls, then the registers.

@@ -14,11 +14,9 @@ use half::bf16;
 use super::arena::DevPtr;
 use super::{CudaDevice, CudaError};
 use crate::model::spec::{
-    DINO_REGISTERS, HEAD_DIM, ROPE2D_BASE, ROPE2D_FREQS, ROPE3D_SPLIT, ROPE3D_THETA, SPECIAL_TOKENS,
+    DINO_REGISTERS, HEAD_DIM, PATCH, ROPE2D_BASE, ROPE2D_FREQS, ROPE3D_SPLIT, ROPE3D_THETA,
+    SPECIAL_TOKENS,
 };
-
-/// DINO patch size the patchify kernel is written for (the stride-14 patch convolution).
-pub const PATCH: usize = 14;
 /// Widest row [`layer_norm`] takes (256 threads x 8 values in registers).
 pub const LAYER_NORM_MAX_COLS: usize = 2048;
 
