@@ -237,8 +237,11 @@ impl GctModel {
         ) {
             Ok(t) => t,
             Err(e) => {
-                // Leave the cache as it was before the call.
-                let _ = state.cache.abort_step();
+                // Leave the cache as it was before the call. The call's own error is the one to
+                // report; a failed rollback on top of it is only logged.
+                if let Err(abort) = state.cache.abort_step() {
+                    tracing::warn!("rolling back the failed step: {abort}");
+                }
                 return Err(e);
             }
         };

@@ -169,7 +169,8 @@ unsafe impl Send for Gemm {}
 impl Drop for Gemm {
     fn drop(&mut self) {
         self.plans.clear();
-        // SAFETY: created in `new`, destroyed once.
+        // SAFETY: created in `new`, destroyed once. A failure at teardown has no remedy and
+        // nobody to report to (Drop), so it is ignored.
         unsafe {
             let _ = lt::destroy_handle(self.handle);
         }
@@ -540,6 +541,8 @@ impl Gemm {
                 )
                 .result()
             });
+            // Freeing the preference cannot fail in a way the caller could act on; the search's
+            // own result is what matters.
             let _ = lt::destroy_matmul_pref(pref);
             r
         };

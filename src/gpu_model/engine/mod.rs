@@ -621,7 +621,10 @@ impl GpuSession {
             .set_step_scalars(&[committed as u32, committed as u32])
             .and_then(|_| self.kv.upload_step(&self.dev, plan));
         if let Err(e) = uploaded {
-            let _ = self.table.abort_step();
+            // The upload's error is the one to report; a failed rollback is only logged.
+            if let Err(abort) = self.table.abort_step() {
+                tracing::warn!("rolling back the failed step: {abort}");
+            }
             return Err(e);
         }
         let result = (|| {
@@ -677,8 +680,11 @@ impl GpuSession {
                 Ok(out)
             }
             Err(e) => {
-                // Leave the stream as it was before the call.
-                let _ = self.table.abort_step();
+                // Leave the stream as it was before the call; the step's error is the one to
+                // report, a failed rollback is only logged.
+                if let Err(abort) = self.table.abort_step() {
+                    tracing::warn!("rolling back the failed step: {abort}");
+                }
                 Err(e)
             }
         }
