@@ -16,12 +16,12 @@ use streamrecon::backend::cuda::gemm::Gemm;
 use streamrecon::gpu_model::dpt_head::GpuDptHead;
 use streamrecon::gpu_model::unproject::PointCompactor;
 use streamrecon::model::ModelConfig;
-use streamrecon::model::spec::{POSE_ENC_LEN, SPECIAL_TOKENS};
 use streamrecon::model::dpt_head::DptHead;
 use streamrecon::model::ops::conv::{Conv2d, ConvTransposeUpsample, FeatureMap};
 use streamrecon::model::ops::norm::LayerNorm;
 use streamrecon::model::ops::resize::bilinear_align_corners;
 use streamrecon::model::pose::{decode_pose, unproject_to_world};
+use streamrecon::model::spec::{POSE_ENC_LEN, SPECIAL_TOKENS};
 use streamrecon::model::weights::{RawTensor, WeightStore};
 use streamrecon::pipeline::frame::{PointFilter, filter_points};
 

@@ -11,13 +11,12 @@ use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use streamrecon::backend::cuda::CudaDevice;
 use streamrecon::backend::cuda::arena::DevPtr;
-use streamrecon::backend::cuda::ops::{
-    self, LnOut, QkNorm, Rope, RopeHostTables, RopeTables, SPECIAL_TOKENS,
-};
+use streamrecon::backend::cuda::ops::{self, LnOut, QkNorm, Rope, RopeHostTables, RopeTables};
 use streamrecon::model::aggregator::imagenet_normalize;
 use streamrecon::model::ops::activation::gelu_in_place;
 use streamrecon::model::ops::norm::LayerNorm;
 use streamrecon::model::ops::rope::{apply_rope_2d, apply_rope_3d, rope_3d_table};
+use streamrecon::model::spec::SPECIAL_TOKENS;
 
 const HEADS: usize = 16;
 const D: usize = 64;

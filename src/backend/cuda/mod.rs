@@ -16,7 +16,6 @@ pub mod kv;
 pub mod nvrtc;
 pub mod ops;
 pub mod registry;
-pub mod tma;
 
 pub use attention::{
     AttentionKernel, AttentionOptions, AttentionWorkspace, DenseBaseline, choose_splits,
