@@ -521,7 +521,7 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 
 // Smem: 1024 (alignment slack) + NC x 8 KB Q + STAGES x (2 x BN x 128 B) K/V + 2 x STAGES
 // mbarriers. NC consumer warpgroups + 1 producer: (NC + 1) x 128 threads, one CTA per SM.
-// The entry names are listed once more in src/backend/cuda/attention.rs's kernel table.
+// The host names each entry point once more, in src/backend/cuda/attention/table.rs.
 #define WS_ENTRY(NAME, BN, REGS, LAG)                                                              \
     extern "C" __global__ void __launch_bounds__((WS_NC + 1) * 128, 1) NAME(                      \
         const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \

@@ -645,12 +645,10 @@ fn print_table(r: &Report) {
     }
 }
 
-/// `--kernel` for `bench e2e` (the attention kernel of every layer).
+/// `--kernel` (the attention kernel of every layer): a name from the attention table.
 fn parse_kernel_name(name: &str) -> anyhow::Result<AttentionKernel> {
-    Ok(match name {
-        "mma" => AttentionKernel::MmaSync,
-        "ws" => AttentionKernel::WgmmaWs,
-        "ws-n192" => AttentionKernel::WgmmaWsN192,
-        other => bail!("unknown --kernel `{other}` (auto, mma, ws, ws-n192)"),
+    AttentionKernel::from_name(name).with_context(|| {
+        let names: Vec<&str> = AttentionKernel::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown --kernel `{name}` (auto, {})", names.join(", "))
     })
 }

@@ -8,7 +8,10 @@ use half::bf16;
 use super::arena::DevPtr;
 use super::kv::DeviceKvCache;
 use super::{CudaDevice, CudaError};
+
+mod table;
 use crate::model::spec::HEAD_DIM;
+pub use table::AttentionKernel;
 
 /// Keys per tile, in every kernel.
 pub const BLOCK_N: usize = 64;
@@ -19,33 +22,10 @@ const ALIGN_SLACK: usize = 1024;
 /// K/V ring depth of the warp-specialised kernel (`WS_STAGES` in its source).
 const WS_STAGES: usize = 6;
 
-/// Which implementation of the attention kernel runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum AttentionKernel {
-    /// FlashAttention-2 style on mma.sync (m16n8k16): any NVIDIA GPU from sm_80.
-    MmaSync,
-    /// Warp-specialised wgmma (sm_90a only, FlashAttention-3 style): a producer warpgroup gathers
-    /// 128-key tiles into a six-stage mbarrier ring, two consumer warpgroups take turns on the
-    /// tensor cores (ping-pong); one CTA of 384 threads per SM.
-    WgmmaWs,
-    /// [`Self::WgmmaWs`] with 192-key tiles (four stages), `setmaxnreg` (producer 40 registers,
-    /// consumers 232) and a 1-tile copy lag.
-    WgmmaWsN192,
-}
-
+/// How each kernel is launched (its name, entry point and source come from `table`).
 impl AttentionKernel {
-    const ALL: [Self; 3] = [Self::MmaSync, Self::WgmmaWs, Self::WgmmaWsN192];
-
     fn warp_specialised(self) -> bool {
         !matches!(self, Self::MmaSync)
-    }
-
-    fn entry(self) -> &'static str {
-        match self {
-            Self::MmaSync => "paged_attention_fwd",
-            Self::WgmmaWs => "paged_attention_fwd_sm90_ws",
-            Self::WgmmaWsN192 => "paged_attention_fwd_sm90_ws_n192",
-        }
     }
 
     /// Query rows per CTA.
@@ -81,7 +61,8 @@ impl AttentionKernel {
     /// Every kernel this device loaded, the portable one first.
     pub fn available(dev: &CudaDevice) -> Vec<Self> {
         Self::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|k| dev.kernels.has(k.entry()))
             .collect()
     }
@@ -476,17 +457,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_kernel_has_a_registered_entry() {
-        let registered: Vec<&str> = crate::backend::cuda::registry::SOURCES
-            .iter()
-            .flat_map(|s| s.functions.iter().copied())
-            .collect();
-        for kernel in AttentionKernel::ALL {
+    fn every_kernel_is_defined_in_a_registered_source() {
+        use crate::backend::cuda::registry::SOURCES;
+        for &kernel in AttentionKernel::ALL {
+            let src = SOURCES
+                .iter()
+                .find(|s| s.name == kernel.source())
+                .unwrap_or_else(|| {
+                    panic!("{kernel:?}: `{}` is not in the registry", kernel.source())
+                });
             assert!(
-                registered.contains(&kernel.entry()),
-                "{kernel:?}: `{}` is not in the kernel registry",
+                src.entry_points().any(|f| f == kernel.entry()),
+                "{kernel:?}: the registry does not load `{}`",
                 kernel.entry()
             );
+            // The .cu file defines it (by a macro in the warp-specialised file: name and paren).
+            assert!(
+                src.source.contains(&format!("{}(", kernel.entry()))
+                    || src.source.contains(&format!("{},", kernel.entry())),
+                "{kernel:?}: kernels/{}.cu does not define `{}`",
+                kernel.source(),
+                kernel.entry()
+            );
+            // The wgmma kernels are built for sm_90a alone, the portable one everywhere.
+            assert_eq!(src.hopper_only, kernel.warp_specialised(), "{kernel:?}");
         }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for &kernel in AttentionKernel::ALL {
+            assert_eq!(AttentionKernel::from_name(kernel.name()), Some(kernel));
+        }
+        assert_eq!(AttentionKernel::from_name("wgmma"), None);
     }
 }
