@@ -271,7 +271,7 @@ fn matches_cpu_attention_and_dense_baseline() {
     let q = dev.stream.clone_htod(&q_host).unwrap();
     let mut out = dev.stream.alloc_zeros::<bf16>(lq * heads * D).unwrap();
     let mut ws = AttentionWorkspace::new(&dev, lq, heads, 8).unwrap();
-    streamrecon::backend::cuda::attention::cache_attention(
+    streamrecon::backend::cuda::kv::cache_attention(
         &dev,
         &cache,
         0,

@@ -7,7 +7,7 @@ mod common;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use streamrecon::backend::cuda::attention::cache_attention;
+use streamrecon::backend::cuda::kv::cache_attention;
 use streamrecon::backend::cuda::{
     AttentionOptions, AttentionWorkspace, CudaDevice, DeviceKvCache, KvGeometry,
 };

@@ -16,7 +16,7 @@ use half::bf16;
 use serde::Serialize;
 
 use crate::attention::AttentionLayout;
-use crate::backend::cuda::attention::cache_attention;
+use crate::backend::cuda::kv::cache_attention;
 use crate::backend::cuda::{
     AttentionKernel, AttentionOptions, AttentionWorkspace, CudaDevice, CudaError, DenseBaseline,
     DeviceKvCache, KvGeometry,

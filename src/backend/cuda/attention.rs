@@ -1,12 +1,12 @@
-//! Launching the paged attention kernel (kernels/paged_attention.cu), split-KV sizing, and the dense
-//! baseline that concatenates the visible K/V into one buffer at every call before attending.
+//! The attention kernels (named in `table`), their launch, split-KV sizing, and the kernel-facing
+//! views of the keys ([`PagedKv`], [`RawPagedKv`]). The K/V storage (`kv`) builds on these views;
+//! nothing here depends on it.
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::arena::DevPtr;
-use super::kv::DeviceKvCache;
 use super::{CudaDevice, CudaError};
 
 mod table;
@@ -243,98 +243,6 @@ pub fn paged_attention(
         raw_ws,
     )?;
     Ok(n_splits)
-}
-
-/// Paged attention over `layer` of a [`DeviceKvCache`] with the page table of its last upload.
-#[allow(clippy::too_many_arguments)]
-pub fn cache_attention(
-    dev: &CudaDevice,
-    cache: &DeviceKvCache,
-    layer: usize,
-    q: &CudaSlice<bf16>,
-    out: &mut CudaSlice<bf16>,
-    lq: usize,
-    opts: AttentionOptions,
-    ws: &mut AttentionWorkspace,
-) -> Result<usize, CudaError> {
-    let g = cache.geometry();
-    let kv = PagedKv {
-        pool: cache.pool(layer)?.as_view(),
-        page_size: g.page_size as u32,
-        indices: cache.indices(),
-        cum: cache.cum(),
-        n_pages: cache.n_pages_on_device(),
-        kv_len: cache.kv_len(),
-    };
-    paged_attention(dev, q, out, &kv, lq, g.heads, opts, ws)
-}
-
-/// The dense baseline: at every call the visible keys are concatenated into one contiguous
-/// `[K|V][heads][kv_len][64]` buffer (one gather kernel, like `torch.cat` of the per-frame
-/// tensors), then attended as a single page.
-pub struct DenseBaseline {
-    /// `[K|V][heads][capacity][64]`: the contiguous buffer as one page of `capacity` slots.
-    buf: CudaSlice<bf16>,
-    capacity: usize,
-    /// `[n_pages 1][index 0][cum 0, kv_len]`, written by the gather on the device.
-    table: CudaSlice<u32>,
-    /// Visible keys of the last concatenation (sizes the key splits).
-    kv_len: u32,
-}
-
-impl DenseBaseline {
-    pub fn new(dev: &CudaDevice, max_tokens: usize, heads: usize) -> Result<Self, CudaError> {
-        Ok(Self {
-            buf: dev
-                .stream
-                .alloc_zeros::<bf16>((2 * max_tokens * heads * HEAD_DIM).max(1))?,
-            capacity: max_tokens,
-            table: dev.stream.alloc_zeros::<u32>(4)?,
-            kv_len: 0,
-        })
-    }
-
-    /// Concatenates `layer`'s visible keys into the contiguous buffer (the same gather the GPU
-    /// model's dense layout runs inside its graph).
-    pub fn concat(
-        &mut self,
-        dev: &CudaDevice,
-        cache: &DeviceKvCache,
-        layer: usize,
-    ) -> Result<(), CudaError> {
-        cache.gather_dense_raw(
-            dev,
-            layer,
-            DevPtr::of(&self.buf),
-            self.capacity,
-            DevPtr::of(&self.table),
-        )?;
-        self.kv_len = cache.kv_len();
-        Ok(())
-    }
-
-    /// Attention over the concatenated buffer (call [`Self::concat`] first).
-    #[allow(clippy::too_many_arguments)]
-    pub fn attend(
-        &self,
-        dev: &CudaDevice,
-        heads: usize,
-        q: &CudaSlice<bf16>,
-        out: &mut CudaSlice<bf16>,
-        lq: usize,
-        opts: AttentionOptions,
-        ws: &mut AttentionWorkspace,
-    ) -> Result<usize, CudaError> {
-        let kv = PagedKv {
-            pool: self.buf.as_view(),
-            page_size: self.capacity as u32,
-            indices: self.table.slice(1..2),
-            cum: self.table.slice(2..4),
-            n_pages: self.table.slice(0..1),
-            kv_len: self.kv_len,
-        };
-        paged_attention(dev, q, out, &kv, lq, heads, opts, ws)
-    }
 }
 
 /// Keys of one attention call as raw device addresses (the GPU model's form: fixed addresses a
