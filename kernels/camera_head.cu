@@ -26,23 +26,17 @@
 //                                          feeds GELU(hidden) through the 9-wide fc2 and the last
 //                                          CTA to finish accumulates the pose encoding
 //
-// No CUDA headers are included so that NVRTC compiles this file with no include path.
+// Shared helpers (bf16, reductions, GELU) come from common.cuh.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
+#include "common.cuh"
 
-#define FULL_MASK 0xffffffffu
-// No <math.h> under NVRTC: spell negative infinity out.
-#define NEG_INF __int_as_float(0xff800000u)
 #define POSE_LEN 9
 // Threads of the attention kernel; its combine across warps needs head_dim <= ATT_THREADS.
 #define ATT_WARPS 4
 #define ATT_THREADS (ATT_WARPS * 32)
 
-__device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
-
-// Round to nearest even; NaN stays NaN (the rounding add could carry it into infinity).
+// Round to nearest even; NaN becomes the canonical quiet NaN (the rounding add could carry it
+// into infinity). dpt.cu and transformer.cu round NaN differently; each keeps its own.
 __device__ __forceinline__ u16 f32_to_bf16(float x) {
     u32 bits = __float_as_uint(x);
     if ((bits & 0x7fffffffu) > 0x7f800000u) return (u16)0x7fc0u;
@@ -51,28 +45,6 @@ __device__ __forceinline__ u16 f32_to_bf16(float x) {
 }
 
 __device__ __forceinline__ float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);
-    return v;
-}
-
-// Sum over the CTA, returned to every thread. `red` is 32 floats of shared memory; the leading
-// barrier lets consecutive calls reuse it.
-__device__ float block_sum(float v, float* red) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nwarps = (blockDim.x + 31) >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = lane < nwarps ? red[lane] : 0.f;
-    return warp_sum(t);
-}
-
-__device__ __forceinline__ float gelu_exact(float x) {
-    return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
-}
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 
@@ -126,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         v[j] = i < width ? in[i] : 0.f;
         s += v[j];
     }
-    float mean = block_sum(s, red) / (float)width;
+    float mean = block_sum_ceil_warps(s, red) / (float)width;
     float q = 0.f;
 #pragma unroll
     for (int j = 0; j < TN_PER_THREAD; ++j) {
@@ -134,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         const float d = v[j] - mean;
         if (i < width) q += d * d;
     }
-    float inv = rsqrtf(block_sum(q, red) / (float)width + eps_token);
+    float inv = rsqrtf(block_sum_ceil_warps(q, red) / (float)width + eps_token);
     s = 0.f;
 #pragma unroll
     for (int j = 0; j < TN_PER_THREAD; ++j) {
@@ -148,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(1024)
             s += y;
         }
     }
-    mean = block_sum(s, red) / (float)width;
+    mean = block_sum_ceil_warps(s, red) / (float)width;
     q = 0.f;
 #pragma unroll
     for (int j = 0; j < TN_PER_THREAD; ++j) {
@@ -156,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         const float d = v[j] - mean;
         if (i < width) q += d * d;
     }
-    inv = rsqrtf(block_sum(q, red) / (float)width + eps_adaptive);
+    inv = rsqrtf(block_sum_ceil_warps(q, red) / (float)width + eps_adaptive);
 #pragma unroll
     for (int j = 0; j < TN_PER_THREAD; ++j) {
         const u32 i = threadIdx.x + j * blockDim.x;
@@ -311,7 +283,7 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
 #pragma unroll
             for (int c = 0; c < NC; ++c)
                 a.out_bf16[(u64)row * a.n + g + c * a.group_stride] =
-                    f32_to_bf16(gelu_exact(bf16_round(y[c])));
+                    f32_to_bf16(gelu_erf(bf16_round(y[c])));
             break;
         case LIN_EPI_RESID:
 #pragma unroll
@@ -328,7 +300,7 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
             }
             break;
         case LIN_EPI_BRANCH: {
-            const float u = gelu_exact(bf16_round(y[0]));
+            const float u = gelu_erf(bf16_round(y[0]));
 #pragma unroll
             for (int o = 0; o < POSE_LEN; ++o) bacc[o] += u * a.bw[(u64)o * a.n + g];
         } break;

@@ -26,16 +26,13 @@
 // against them (their numbers: docs/cuda.md, "Experiments that lost") are in git history before
 // commit 51ba199.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
+#include "common.cuh"
 
-#define HEAD_DIM 64
-#define ROW_CHUNKS 8
+// The wgmma shapes and fragment layouts below are written for 64-wide heads.
+static_assert(HEAD_DIM == 64, "paged_attention_sm90_ws.cu is specialised for head_dim 64");
 // Query rows per consumer warpgroup, and the consumer warpgroups of a CTA (plus one producer).
 #define WS_WG_ROWS 64
 #define WS_NC 2
-#define NEG_INF __int_as_float(0xff800000u)
 // Bytes of the Q tile of NC consumers (the K/V ring and its barriers follow it).
 #define WS_Q_BYTES(NC) ((NC) * WS_WG_ROWS * HEAD_DIM * 2)
 // Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
@@ -45,9 +42,6 @@ struct Ws {
     static constexpr u32 TILE_BYTES = BN * HEAD_DIM * 2;
     static constexpr u32 STAGE_BYTES = 2 * TILE_BYTES;
 };
-
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ u32 swz(u32 r, u32 c) { return r * ROW_CHUNKS + (c ^ (r & 7)); }
 
 __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid) {
     // src-size 0 zero-fills the 16 bytes: rows past the end of the queries or keys.
@@ -86,16 +80,6 @@ __device__ __forceinline__ void named_arrive(u32 id, u32 threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 // Shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading byte
 // offset 16 (unused by these shapes), stride byte offset 1024 (between groups of 8 rows of 128 B).
 __device__ __forceinline__ u64 smem_desc(u32 addr) {
@@ -166,15 +150,6 @@ template <int BN>
 __device__ __forceinline__ void wgmma_s(float* d, u64 desc_a, u64 desc_b, int scale_d) {
     if constexpr (BN == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, scale_d);
     else wgmma_m64n192k16_ss(d, desc_a, desc_b, scale_d);
-}
-
-__device__ __forceinline__ u32 find_page(const u32* __restrict__ cum, u32 n_pages, u32 t) {
-    u32 lo = 0, hi = n_pages;
-    while (hi - lo > 1) {
-        u32 mid = (lo + hi) >> 1;
-        if (__ldg(cum + mid) <= t) lo = mid; else hi = mid;
-    }
-    return lo;
 }
 
 // ---- producer: warpgroup 0 -------------------------------------------------------------------

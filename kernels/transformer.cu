@@ -5,48 +5,19 @@
 //
 // Storage: bf16 as u16 bits, f32 for residual streams; all math in f32, every bf16 output rounded
 // once (round to nearest even). Activations are token-major [tokens][channels].
-// No CUDA headers are included so that NVRTC compiles this file with no include path.
+// Shared helpers (bf16, reductions, GELU) come from common.cuh.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
+#include "common.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
-
-// Round to nearest even; NaN stays NaN (the PTX conversion handles it).
+// Round to nearest even; NaN stays NaN (the PTX conversion handles it; camera_head.cu and dpt.cu
+// round NaN differently, each keeps its own).
 __device__ __forceinline__ u16 f32_to_bf16(float x) {
     u16 r;
     asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
     return r;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 16);
-    v += __shfl_xor_sync(0xffffffffu, v, 8);
-    v += __shfl_xor_sync(0xffffffffu, v, 4);
-    v += __shfl_xor_sync(0xffffffffu, v, 2);
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v;
-}
-
-// Sum over the whole CTA (blockDim.x a multiple of 32, at most 1024); every thread gets the
-// result. `scratch` holds 32 floats; the leading barrier makes it reusable back to back.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    float t = lane < warps ? scratch[lane] : 0.f;
-    return warp_sum(t);
-}
-
-// Exact GELU, x/2 (1 + erf(x / sqrt 2)), as PyTorch's default (not the tanh form).
-__device__ __forceinline__ float gelu_erf(float x) {
-    return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
 }
 
 #define GRID_STRIDE(i, n) \
@@ -199,7 +170,6 @@ extern "C" __global__ void add_bias_gelu_erf_bf16_x4(uint2* __restrict__ x, cons
 //   mistake cannot pass unnoticed (the host checks the frame count before the step).
 
 #define QKV_WARPS 8
-#define HEAD_DIM 64
 #define SPECIAL_TOKENS 6
 #define ROPE2D_FREQS 16
 #define ROPE3D_T_PAIRS 10
