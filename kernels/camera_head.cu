@@ -30,7 +30,6 @@
 
 #include "common.cuh"
 
-#define POSE_LEN 9
 // Threads of the attention kernel; its combine across warps needs head_dim <= ATT_THREADS.
 #define ATT_WARPS 4
 #define ATT_THREADS (ATT_WARPS * 32)
@@ -302,7 +301,7 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
         case LIN_EPI_BRANCH: {
             const float u = gelu_erf(bf16_round(y[0]));
 #pragma unroll
-            for (int o = 0; o < POSE_LEN; ++o) bacc[o] += u * a.bw[(u64)o * a.n + g];
+            for (int o = 0; o < SPEC_POSE_ENC_LEN; ++o) bacc[o] += u * a.bw[(u64)o * a.n + g];
         } break;
         default:
             break;
@@ -312,7 +311,7 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
 template <int M, int NC, int U>
 __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     __shared__ float red[8 * 32];
-    __shared__ float bred[LIN_WARPS][8][POSE_LEN];
+    __shared__ float bred[LIN_WARPS][8][SPEC_POSE_ENC_LEN];
     __shared__ u32 s_last;
 
     const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -392,9 +391,9 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
         } else {  // LIN_PRO_EMBED
 #pragma unroll 4
             for (u32 i = threadIdx.x; i < K; i += LIN_THREADS) {
-                float wi[POSE_LEN];
+                float wi[SPEC_POSE_ENC_LEN];
 #pragma unroll
-                for (int j = 0; j < POSE_LEN; ++j) wi[j] = a.ew[i * POSE_LEN + j];
+                for (int j = 0; j < SPEC_POSE_ENC_LEN; ++j) wi[j] = a.ew[i * SPEC_POSE_ENC_LEN + j];
                 const float bi = a.eb ? a.eb[i] : 0.f;
 #pragma unroll
                 for (int r = 0; r < M; ++r) {
@@ -403,7 +402,7 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
                         const float* p = a.pose + (u64)(row0 + r) * a.pose_stride;
                         float acc = bi;
 #pragma unroll
-                        for (int j = 0; j < POSE_LEN; ++j) acc += wi[j] * p[j];
+                        for (int j = 0; j < SPEC_POSE_ENC_LEN; ++j) acc += wi[j] * p[j];
                         o = f32_to_bf16(silu(acc));
                     }
                     xs[(u64)r * K + i] = o;
@@ -415,9 +414,9 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
 
     u32 cache_len = 0;
     if (a.epilogue == LIN_EPI_BF16 && a.append) cache_len = *a.cache_len;
-    float bacc[POSE_LEN];  // pose branch: this lane's row's delta contributions
+    float bacc[SPEC_POSE_ENC_LEN];  // pose branch: this lane's row's delta contributions
 #pragma unroll
-    for (int o = 0; o < POSE_LEN; ++o) bacc[o] = 0.f;
+    for (int o = 0; o < SPEC_POSE_ENC_LEN; ++o) bacc[o] = 0.f;
 
     bool loaded = vec;
     for (; g < a.groups; g += nwarps_total) {
@@ -484,13 +483,13 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     // accumulates raw and writes pose_out (FoV, outputs 7 and 8, through a ReLU).
     if (lane < nr) {
 #pragma unroll
-        for (int o = 0; o < POSE_LEN; ++o) bred[warp][lane][o] = bacc[o];
+        for (int o = 0; o < SPEC_POSE_ENC_LEN; ++o) bred[warp][lane][o] = bacc[o];
     }
     __syncthreads();
     const u32 t = threadIdx.x;
-    float* part = a.part + ((u64)blockIdx.y * gridDim.x + blockIdx.x) * (8 * POSE_LEN);
-    if (t < nr * POSE_LEN) {
-        const u32 r = t / POSE_LEN, o = t % POSE_LEN;
+    float* part = a.part + ((u64)blockIdx.y * gridDim.x + blockIdx.x) * (8 * SPEC_POSE_ENC_LEN);
+    if (t < nr * SPEC_POSE_ENC_LEN) {
+        const u32 r = t / SPEC_POSE_ENC_LEN, o = t % SPEC_POSE_ENC_LEN;
         float s = 0.f;
         for (int w = 0; w < LIN_WARPS; ++w) s += bred[w][r][o];
         part[t] = s;
@@ -501,13 +500,13 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    if (t < nr * POSE_LEN) {
-        const u32 r = t / POSE_LEN, o = t % POSE_LEN;
-        const float* p0 = a.part + (u64)blockIdx.y * gridDim.x * (8 * POSE_LEN) + t;
+    if (t < nr * SPEC_POSE_ENC_LEN) {
+        const u32 r = t / SPEC_POSE_ENC_LEN, o = t % SPEC_POSE_ENC_LEN;
+        const float* p0 = a.part + (u64)blockIdx.y * gridDim.x * (8 * SPEC_POSE_ENC_LEN) + t;
         float delta = 0.f;
-        for (u32 c = 0; c < gridDim.x; ++c) delta += ld_cg(p0 + (u64)c * (8 * POSE_LEN));
+        for (u32 c = 0; c < gridDim.x; ++c) delta += ld_cg(p0 + (u64)c * (8 * SPEC_POSE_ENC_LEN));
         delta += a.bb ? a.bb[o] : 0.f;
-        const u64 at = (u64)(row0 + r) * POSE_LEN + o;
+        const u64 at = (u64)(row0 + r) * SPEC_POSE_ENC_LEN + o;
         const float sum = a.first ? delta : a.raw[at] + delta;
         a.raw[at] = sum;
         a.pose_out[at] = o >= 7 ? fmaxf(sum, 0.f) : sum;

@@ -270,6 +270,7 @@ extern "C" __global__ void dpt_output_head(const u16* __restrict__ x, u32 n, u32
 
 // enc [9] = t(3), q xyzw (4), fov_h, fov_w  ->  cam [16]: [R | t] row-major 3x4 (camera-to-world),
 // then fx, fy, cx, cy. One thread.
+static_assert(SPEC_POSE_ENC_LEN == 9, "dpt_decode_pose reads the 9-value encoding above");
 extern "C" __global__ void dpt_decode_pose(const float* __restrict__ enc, u32 height, u32 width,
                                            float* __restrict__ cam) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;

@@ -15,7 +15,7 @@ use streamrecon::backend::cuda::{
 use streamrecon::backend::reference::{HostPagedKv, paged_attention_rows, relative_error};
 use streamrecon::kvcache::{KvBuf, PagePlan};
 
-const D: usize = 64;
+const D: usize = streamrecon::model::spec::HEAD_DIM;
 /// bf16 inputs and output, f32 accumulation: the bound.
 const TOLERANCE: f64 = 2e-2;
 

@@ -14,7 +14,7 @@ use streamrecon::backend::cuda::{
 use streamrecon::backend::reference::{HostPagedKv, paged_attention_rows, relative_error};
 use streamrecon::kvcache::{CacheConfig, PageTable, StepKind, StepPlan, StorageDtype};
 
-const D: usize = 64;
+const D: usize = streamrecon::model::spec::HEAD_DIM;
 
 fn device() -> Option<CudaDevice> {
     common::gpu_device()
