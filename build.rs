@@ -4,14 +4,22 @@
 //! stays fast and never fails because CUDA is missing.
 //!
 //! Output: `$OUT_DIR/prebuilt_kernels.rs`, a table `(name, arch, cubin bytes)` that the registry
-//! includes.
+//! includes, and `$OUT_DIR/spec.cuh`, the model's shared constants for the kernels
+//! (`kernels/common.cuh` includes it; the NVRTC path renders the same text at run time).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+// The very file the crate compiles as `model::spec` (it imports nothing from the crate), so the
+// kernels are built against the constants the Rust code uses. Only `cuda_header` is called here.
+#[path = "src/model/spec.rs"]
+#[allow(dead_code)]
+mod spec;
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=kernels");
+    println!("cargo:rerun-if-changed=src/model/spec.rs");
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo:rerun-if-env-changed=STREAMRECON_NVCC");
@@ -21,6 +29,10 @@ fn main() {
         .ok()
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(90);
+
+    // Written whether or not nvcc is here: `spec.cuh` is cheap and keeps the build's output the
+    // same either way.
+    std::fs::write(out_dir.join("spec.cuh"), spec::cuda_header()).expect("write spec.cuh");
 
     let mut sources: Vec<PathBuf> = std::fs::read_dir("kernels")
         .map(|dir| {
@@ -46,7 +58,7 @@ fn main() {
                     (false, a) => a.to_string(),
                 };
                 let cubin = out_dir.join(format!("{name}.sm_{target}.cubin"));
-                match compile(&nvcc, src, &cubin, &target) {
+                match compile(&nvcc, src, &cubin, &target, &out_dir) {
                     Ok(()) => entries.push((name.to_owned(), cubin)),
                     // A kernel that nvcc rejects must not land: fail the build loudly.
                     Err(msg) => panic!("nvcc failed on {}: {msg}", src.display()),
@@ -89,11 +101,21 @@ fn find_nvcc() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn compile(nvcc: &Path, src: &Path, cubin: &Path, target: &str) -> Result<(), String> {
+/// One kernel file to CUBIN; `include` holds the generated `spec.cuh` (`kernels/` the shared
+/// `common.cuh`).
+fn compile(
+    nvcc: &Path,
+    src: &Path,
+    cubin: &Path,
+    target: &str,
+    include: &Path,
+) -> Result<(), String> {
     let out = Command::new(nvcc)
         .arg("-cubin")
         .arg(format!("-gencode=arch=compute_{target},code=sm_{target}"))
-        .args(["-O3", "-std=c++17", "-o"])
+        .args(["-O3", "-std=c++17", "-I", "kernels", "-I"])
+        .arg(include)
+        .arg("-o")
         .arg(cubin)
         .arg(src)
         .output()

@@ -9,10 +9,10 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use streamrecon::attention::{AttentionLayout, CpuKvCache};
 use streamrecon::kvcache::{CacheConfig, StepKind};
+use streamrecon::model::spec::{HEAD_DIM, frame_tokens};
 
 const LAYERS: usize = 4;
 const HEADS: usize = 2;
-const HEAD_DIM: usize = 64;
 const PATCHES: usize = 128;
 
 fn config(window: usize) -> CacheConfig {
@@ -49,7 +49,7 @@ fn filled(layout: AttentionLayout, window: usize, seen: u64, kv: &[f32]) -> CpuK
 
 fn frame_step(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(7);
-    let tpf = (PATCHES + 6) * HEADS * HEAD_DIM;
+    let tpf = frame_tokens(PATCHES) * HEADS * HEAD_DIM;
     let kv: Vec<f32> = (0..8 * tpf).map(|_| rng.random_range(-1.0..1.0)).collect();
     let q: Vec<f32> = (0..tpf).map(|_| rng.random_range(-1.0..1.0)).collect();
     let mut group = c.benchmark_group("frame_step");

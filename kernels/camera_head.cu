@@ -26,23 +26,16 @@
 //                                          feeds GELU(hidden) through the 9-wide fc2 and the last
 //                                          CTA to finish accumulates the pose encoding
 //
-// No CUDA headers are included so that NVRTC compiles this file with no include path.
+// Shared helpers (bf16, reductions, GELU) come from common.cuh.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
+#include "common.cuh"
 
-#define FULL_MASK 0xffffffffu
-// No <math.h> under NVRTC: spell negative infinity out.
-#define NEG_INF __int_as_float(0xff800000u)
-#define POSE_LEN 9
 // Threads of the attention kernel; its combine across warps needs head_dim <= ATT_THREADS.
 #define ATT_WARPS 4
 #define ATT_THREADS (ATT_WARPS * 32)
 
-__device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
-
-// Round to nearest even; NaN stays NaN (the rounding add could carry it into infinity).
+// Round to nearest even; NaN becomes the canonical quiet NaN (the rounding add could carry it
+// into infinity). dpt.cu and transformer.cu round NaN differently; each keeps its own.
 __device__ __forceinline__ u16 f32_to_bf16(float x) {
     u32 bits = __float_as_uint(x);
     if ((bits & 0x7fffffffu) > 0x7f800000u) return (u16)0x7fc0u;
@@ -51,28 +44,6 @@ __device__ __forceinline__ u16 f32_to_bf16(float x) {
 }
 
 __device__ __forceinline__ float bf16_round(float x) { return bf16_to_f32(f32_to_bf16(x)); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL_MASK, v, off);
-    return v;
-}
-
-// Sum over the CTA, returned to every thread. `red` is 32 floats of shared memory; the leading
-// barrier lets consecutive calls reuse it.
-__device__ float block_sum(float v, float* red) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int nwarps = (blockDim.x + 31) >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = lane < nwarps ? red[lane] : 0.f;
-    return warp_sum(t);
-}
-
-__device__ __forceinline__ float gelu_exact(float x) {
-    return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
-}
 
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
 
@@ -126,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         v[j] = i < width ? in[i] : 0.f;
         s += v[j];
     }
-    float mean = block_sum(s, red) / (float)width;
+    float mean = block_sum_ceil_warps(s, red) / (float)width;
     float q = 0.f;
 #pragma unroll
     for (int j = 0; j < TN_PER_THREAD; ++j) {
@@ -134,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         const float d = v[j] - mean;
         if (i < width) q += d * d;
     }
-    float inv = rsqrtf(block_sum(q, red) / (float)width + eps_token);
+    float inv = rsqrtf(block_sum_ceil_warps(q, red) / (float)width + eps_token);
     s = 0.f;
 #pragma unroll
     for (int j = 0; j < TN_PER_THREAD; ++j) {
@@ -148,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(1024)
             s += y;
         }
     }
-    mean = block_sum(s, red) / (float)width;
+    mean = block_sum_ceil_warps(s, red) / (float)width;
     q = 0.f;
 #pragma unroll
     for (int j = 0; j < TN_PER_THREAD; ++j) {
@@ -156,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         const float d = v[j] - mean;
         if (i < width) q += d * d;
     }
-    inv = rsqrtf(block_sum(q, red) / (float)width + eps_adaptive);
+    inv = rsqrtf(block_sum_ceil_warps(q, red) / (float)width + eps_adaptive);
 #pragma unroll
     for (int j = 0; j < TN_PER_THREAD; ++j) {
         const u32 i = threadIdx.x + j * blockDim.x;
@@ -311,7 +282,7 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
 #pragma unroll
             for (int c = 0; c < NC; ++c)
                 a.out_bf16[(u64)row * a.n + g + c * a.group_stride] =
-                    f32_to_bf16(gelu_exact(bf16_round(y[c])));
+                    f32_to_bf16(gelu_erf(bf16_round(y[c])));
             break;
         case LIN_EPI_RESID:
 #pragma unroll
@@ -328,9 +299,9 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
             }
             break;
         case LIN_EPI_BRANCH: {
-            const float u = gelu_exact(bf16_round(y[0]));
+            const float u = gelu_erf(bf16_round(y[0]));
 #pragma unroll
-            for (int o = 0; o < POSE_LEN; ++o) bacc[o] += u * a.bw[(u64)o * a.n + g];
+            for (int o = 0; o < SPEC_POSE_ENC_LEN; ++o) bacc[o] += u * a.bw[(u64)o * a.n + g];
         } break;
         default:
             break;
@@ -340,7 +311,7 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
 template <int M, int NC, int U>
 __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     __shared__ float red[8 * 32];
-    __shared__ float bred[LIN_WARPS][8][POSE_LEN];
+    __shared__ float bred[LIN_WARPS][8][SPEC_POSE_ENC_LEN];
     __shared__ u32 s_last;
 
     const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -420,9 +391,9 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
         } else {  // LIN_PRO_EMBED
 #pragma unroll 4
             for (u32 i = threadIdx.x; i < K; i += LIN_THREADS) {
-                float wi[POSE_LEN];
+                float wi[SPEC_POSE_ENC_LEN];
 #pragma unroll
-                for (int j = 0; j < POSE_LEN; ++j) wi[j] = a.ew[i * POSE_LEN + j];
+                for (int j = 0; j < SPEC_POSE_ENC_LEN; ++j) wi[j] = a.ew[i * SPEC_POSE_ENC_LEN + j];
                 const float bi = a.eb ? a.eb[i] : 0.f;
 #pragma unroll
                 for (int r = 0; r < M; ++r) {
@@ -431,7 +402,7 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
                         const float* p = a.pose + (u64)(row0 + r) * a.pose_stride;
                         float acc = bi;
 #pragma unroll
-                        for (int j = 0; j < POSE_LEN; ++j) acc += wi[j] * p[j];
+                        for (int j = 0; j < SPEC_POSE_ENC_LEN; ++j) acc += wi[j] * p[j];
                         o = f32_to_bf16(silu(acc));
                     }
                     xs[(u64)r * K + i] = o;
@@ -443,9 +414,9 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
 
     u32 cache_len = 0;
     if (a.epilogue == LIN_EPI_BF16 && a.append) cache_len = *a.cache_len;
-    float bacc[POSE_LEN];  // pose branch: this lane's row's delta contributions
+    float bacc[SPEC_POSE_ENC_LEN];  // pose branch: this lane's row's delta contributions
 #pragma unroll
-    for (int o = 0; o < POSE_LEN; ++o) bacc[o] = 0.f;
+    for (int o = 0; o < SPEC_POSE_ENC_LEN; ++o) bacc[o] = 0.f;
 
     bool loaded = vec;
     for (; g < a.groups; g += nwarps_total) {
@@ -512,13 +483,13 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     // accumulates raw and writes pose_out (FoV, outputs 7 and 8, through a ReLU).
     if (lane < nr) {
 #pragma unroll
-        for (int o = 0; o < POSE_LEN; ++o) bred[warp][lane][o] = bacc[o];
+        for (int o = 0; o < SPEC_POSE_ENC_LEN; ++o) bred[warp][lane][o] = bacc[o];
     }
     __syncthreads();
     const u32 t = threadIdx.x;
-    float* part = a.part + ((u64)blockIdx.y * gridDim.x + blockIdx.x) * (8 * POSE_LEN);
-    if (t < nr * POSE_LEN) {
-        const u32 r = t / POSE_LEN, o = t % POSE_LEN;
+    float* part = a.part + ((u64)blockIdx.y * gridDim.x + blockIdx.x) * (8 * SPEC_POSE_ENC_LEN);
+    if (t < nr * SPEC_POSE_ENC_LEN) {
+        const u32 r = t / SPEC_POSE_ENC_LEN, o = t % SPEC_POSE_ENC_LEN;
         float s = 0.f;
         for (int w = 0; w < LIN_WARPS; ++w) s += bred[w][r][o];
         part[t] = s;
@@ -529,13 +500,13 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    if (t < nr * POSE_LEN) {
-        const u32 r = t / POSE_LEN, o = t % POSE_LEN;
-        const float* p0 = a.part + (u64)blockIdx.y * gridDim.x * (8 * POSE_LEN) + t;
+    if (t < nr * SPEC_POSE_ENC_LEN) {
+        const u32 r = t / SPEC_POSE_ENC_LEN, o = t % SPEC_POSE_ENC_LEN;
+        const float* p0 = a.part + (u64)blockIdx.y * gridDim.x * (8 * SPEC_POSE_ENC_LEN) + t;
         float delta = 0.f;
-        for (u32 c = 0; c < gridDim.x; ++c) delta += ld_cg(p0 + (u64)c * (8 * POSE_LEN));
+        for (u32 c = 0; c < gridDim.x; ++c) delta += ld_cg(p0 + (u64)c * (8 * SPEC_POSE_ENC_LEN));
         delta += a.bb ? a.bb[o] : 0.f;
-        const u64 at = (u64)(row0 + r) * POSE_LEN + o;
+        const u64 at = (u64)(row0 + r) * SPEC_POSE_ENC_LEN + o;
         const float sum = a.first ? delta : a.raw[at] + delta;
         a.raw[at] = sum;
         a.pose_out[at] = o >= 7 ? fmaxf(sum, 0.f) : sum;

@@ -7,16 +7,10 @@
 // The semantics are those of the CPU model: src/model/dpt_head.rs, src/model/ops/{conv,resize}.rs,
 // src/model/pose.rs and src/pipeline/frame.rs::filter_points.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
-typedef unsigned char u8;
+#include "common.cuh"
 
-#define FULL_MASK 0xffffffffu
-
-__device__ __forceinline__ float bf2f(u16 v) { return __uint_as_float(((u32)v) << 16); }
-
-// Round to nearest even; NaN stays NaN (quiet).
+// Round to nearest even; NaN stays NaN (quieted, sign and payload kept: camera_head.cu and
+// transformer.cu round NaN differently, each keeps its own).
 __device__ __forceinline__ u16 f2bf(float x) {
     u32 bits = __float_as_uint(x);
     if ((bits & 0x7fffffffu) > 0x7f800000u) return (u16)((bits >> 16) | 0x40u);
@@ -58,19 +52,6 @@ __device__ __forceinline__ uint4 relu8(uint4 v) {
     v.z = relu2(v.z);
     v.w = relu2(v.w);
     return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32); every thread gets the total. `red` holds 32
-// floats of shared memory; the leading barrier lets a block call this twice in a row.
-__device__ __forceinline__ float block_sum(float v, float* red) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    const u32 lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = lane < nw ? red[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(FULL_MASK, t, o);
-    return t;
 }
 
 // Inclusive prefix sum over the block in thread order (blockDim.x a multiple of 32, at most
@@ -130,7 +111,7 @@ extern "C" __global__ void dpt_add_table(u16* __restrict__ x, const float* __res
                                          u64 n) {
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (u64)gridDim.x * blockDim.x) {
-        x[i] = f2bf(bf2f(x[i]) + table[i]);
+        x[i] = f2bf(bf16_to_f32(x[i]) + table[i]);
     }
 }
 
@@ -289,6 +270,7 @@ extern "C" __global__ void dpt_output_head(const u16* __restrict__ x, u32 n, u32
 
 // enc [9] = t(3), q xyzw (4), fov_h, fov_w  ->  cam [16]: [R | t] row-major 3x4 (camera-to-world),
 // then fx, fy, cx, cy. One thread.
+static_assert(SPEC_POSE_ENC_LEN == 9, "dpt_decode_pose reads the 9-value encoding above");
 extern "C" __global__ void dpt_decode_pose(const float* __restrict__ enc, u32 height, u32 width,
                                            float* __restrict__ cam) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;

@@ -1,7 +1,6 @@
 // Small kernels of the GPU model's frame step that belong to no block or head.
 
-typedef unsigned char u8;
-typedef unsigned int u32;
+#include "common.cuh"
 
 // The model input image [3][H][W] in [0, 1] as interleaved 8-bit RGB [H][W][3] (the colours of
 // the frame's points), rounded to nearest like the host's preprocessing.

@@ -5,11 +5,7 @@
 // one head's keys of a page are contiguous, so an attention tile is one contiguous read); a step's
 // K and V are [tokens][heads][64] bf16. Everything moves in 16-byte chunks (8 bf16).
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
-
-#define HEAD_DIM 64
+#include "common.cuh"
 
 // The dense baseline: dense [K|V][heads][capacity][64] <- the visible pages' valid tokens in
 // attention order. Graph-safe: the page count is read on the device (the grid covers every page the

@@ -16,32 +16,18 @@
 // per warp the ldmatrix traffic would nearly saturate shared memory at the target rate.
 // K/V tiles of 64 keys are double-buffered with cp.async; softmax is online in the log2 domain.
 //
-// No CUDA headers are included so that NVRTC compiles this file with no include path.
+// Shared helpers (swizzle, bf16 packing, exp2, find_page) come from common.cuh.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
+#include "common.cuh"
 
-#define HEAD_DIM 64
+// The fragment layouts below are written for 64-wide heads.
+static_assert(HEAD_DIM == 64, "paged_attention.cu is specialised for head_dim 64");
 #define BLOCK_M 128
 #define BLOCK_N 64
 #define NUM_WARPS 4
 #define NUM_THREADS (NUM_WARPS * 32)
-// 16-byte chunks per row of 64 bf16.
-#define ROW_CHUNKS 8
-// No <math.h> under NVRTC: spell negative infinity out.
-#define NEG_INF __int_as_float(0xff800000u)
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    return (u32)__cvta_generic_to_shared(p);
-}
-
-// Swizzled position (in 16-byte chunks) of chunk `c` of row `r` in a [rows][64] bf16 tile:
-// ldmatrix reads 8 rows at one chunk column, which without the XOR would hit the same banks.
-__device__ __forceinline__ u32 swz(u32 r, u32 c) {
-    return r * ROW_CHUNKS + (c ^ (r & 7));
-}
-
+// (Unlike paged_attention_sm90_ws.cu's copies these carry no "memory" clobber: __syncthreads
+// orders them here, and adding one would change this kernel's scheduling.)
 __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid) {
     // src-size 0 zero-fills the 16 bytes: used for rows past the end of the queries or keys.
     u32 n = valid ? 16 : 0;
@@ -71,30 +57,6 @@ __device__ __forceinline__ void mma_bf16(float* d, const u32* a, u32 b0, u32 b1)
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
-
-// The visible page holding logical key `t`: the largest p with cum[p] <= t.
-__device__ __forceinline__ u32 find_page(const u32* __restrict__ cum, u32 n_pages, u32 t) {
-    u32 lo = 0, hi = n_pages;  // invariant: cum[lo] <= t < cum[hi]
-    while (hi - lo > 1) {
-        u32 mid = (lo + hi) >> 1;
-        if (__ldg(cum + mid) <= t) lo = mid; else hi = mid;
-    }
-    return lo;
 }
 
 // Split-KV: blockIdx.x = query tile (fastest, so the CTAs reading the same keys run together and

@@ -1,104 +1,38 @@
 // Paged attention for Hopper (sm_90a), warp-specialised (FlashAttention-3 style). Same layouts
-// and page table as paged_attention.cu (read its header); same result format as the other
-// kernels (bf16 `out` with one split, else f32 partials normalised by the split's own sum and
+// and page table as paged_attention.cu (read its header); same result format as the portable
+// kernel (bf16 `out` with one split, else f32 partials normalised by the split's own sum and
 // their log2-domain LSE for attention_combine).
 //
 // One CTA per SM: 3 warpgroups, 128 query rows of one head against one key split.
-//   warpgroup 0  producer: gathers the paged K/V tiles (128 keys) with cp.async into a ring of
-//                STAGES shared-memory stages; each row looks up its own page (a tile may straddle
-//                pages). A stage is announced on its `full` mbarrier once its copies landed (the
-//                producer waits two tiles behind, then fences to the async proxy and arrives), and
-//                refilled once both consumers arrived on its `empty` mbarrier.
+//   warpgroup 0  producer: gathers the paged K/V tiles (BN = 128 or 192 keys) with cp.async into a
+//                ring of STAGES shared-memory stages; each row looks up its own page (a tile may
+//                straddle pages). A stage is announced on its `full` mbarrier once its copies
+//                landed (the producer waits LAG tiles behind, then fences to the async proxy and
+//                arrives), and refilled once both consumers arrived on its `empty` mbarrier.
 //   warpgroups 1, 2  consumers, 64 query rows each. Per key tile j one "GEMM section" issues
-//                S(j) = Q K(j)^T (m64n128k16, Q and K from shared memory) together with
-//                O += P(j-1) V(j-1) (m64n64k16, P from registers, V MN-major), waits, then does
-//                the online softmax of S(j) into P(j) on the CUDA cores. The two consumers take
+//                S(j) = Q K(j)^T (m64nBNk16, Q and K from shared memory) together with
+//                O += P(j-1) V(j-1) (m64n64k16, P from registers, V MN-major), waits for S(j),
+//                then does the online softmax of S(j) into P(j) on the CUDA cores while its own
+//                P(j-1) V(j-1) may still run (only O and P wait for it). The two consumers take
 //                turns issuing their sections (ping-pong through named barriers 1 and 2), so one
 //                warpgroup's softmax runs while the other's products occupy the tensor cores.
 // Tiles are stored with the 128-byte swizzle the wgmma descriptors expect (16-byte chunk c of
-// row r at c ^ (r & 7)); the descriptors and fragment layouts are those of
-// paged_attention_sm90.cu's WgmmaWide kernel.
+// row r at c ^ (r & 7)).
 //
-// Variants (entry points, timed side by side): PINGPONG (the turn-taking above) and OVERLAP (the
-// exponentials of S(j) computed while the warpgroup's own P(j-1) V(j-1) is still running; only O
-// and P wait for it). Measured: a quarter of the exponentials on the FMA pipe by a polynomial
-// (FlashAttention-4's trick) was 8 % slower than all on MUFU: the softmax is latency-bound here,
-// not MUFU-bound.
-//
-// Further variants (FLAGS, key tile BN, copy lag; H200, 72/72, median of 30, two benches):
-// setmaxnreg 40/232 (ws_regs) 0.717 ms vs the default's 0.729; 192-key tiles in four stages with
-// setmaxnreg and a 1-tile lag (ws_n192, the host's default) 0.714-0.717; copy lag 3 0.718-0.736;
-// copies arriving on the barrier by themselves (noinc) 0.742-0.746 with 128-key tiles, 0.710-0.715
-// with 192. The consumers alone (ws_nocopy: no copies, wrong results) take 0.693-0.696 ms, so the
-// gather costs ~4 %; the consumers are latency-bound (ncu: issue 50-53 %, MUFU 46-48 %, tensor
-// ~43 % busy; the top stall is the fixed-latency dependency wait in the softmax).
-//
-// Three consumers (ws_m192: 192 query rows, 512 threads, 128-key tiles, setmaxnreg 32/160; a
-// consumer warpgroup without valid rows runs the barrier protocol only). H200, one run, median of
-// 30: 72/72 0.693 ms with 4 splits (ws_n192 0.692 in the same bench), 72/10000 1.226 (ws_n192
-// 1.264); split sweep at 72/72 (20 runs): 1 split 0.872, 2 0.892, 4 0.684, 11 0.700. Per SM it
-// is ~15-19 % faster than ws_n192 (1 split: 1.5x the rows in 1.26x the time), but 1005 queries
-// make 6 tiles of 192 (the last one 45 rows) = 96 CTAs for 132 SMs, and the wave quantisation
-// (4 splits: 384 CTAs in 3 waves) plus the combine take that back at 72/72.
-//
-// Tail-split (ws_m192t, always 3 key splits): a last query tile of 1..64 valid rows (1005 = 5 x
-// 192 + 45) runs in split 0's CTA alone (splits 1 and 2 return at once); its three consumers load
-// the same 64 rows and take the key tiles round-robin over the whole key range (consumer c: tiles
-// t = c mod 3, written as split c; the combine's log-sum-exp merge does not need contiguous
-// splits). Every working CTA then costs the same: 1005 x 16 heads = 16 x (5 x 3 + 1) = 256 CTAs,
-// two waves on 132 SMs, against 384 in three with 4 splits. First version (H200, 1005 x 16 heads,
-// 72,360 keys): 1.055 ms against ws_n192's 0.689: the 16 tail CTAs took ~2.6x a normal CTA, on
-// the critical path. Their ring ran one tile at a time: with the copy lag of 2, the `full` of a
-// tail consumer's tile waited for the release by the previous turn's section (a full ring: 3
-// stages held for the pending P V, 3 awaited). Now, in tail mode only: the producer's copies
-// arrive on `full` by themselves (as WS_NOINC), each section issues P(j-1) V(j-1) before S(j)
-// and releases tile j-1 as soon as that product completed, so a tile's `full` depends only on
-// its own consumer's release two tiles earlier (read ws_consumer), and the tail CTAs are
-// dispatched first (the first gridDim.z linear block indices; read ws_body). Measured after that
-// change (same bench, one run): 0.906 ms at 72/72 (ws_n192 0.693), 1.654 at 72/10000 (1.263).
-// The tail CTAs still take about twice a normal CTA: a tail CTA reads every K/V tile once per
-// consumer turn (3x a normal CTA's traffic per FLOP, ~64 GB/s for one SM), so the copies, not the
-// products, set its pace. Kept for timing, not used by default. Sharing each tile between two
-// tail consumers (64 keys each; branch wip/m192-halftile) measured 0.872: no better.
-//
-// Consumers alone (no copies; H200, 72/72): ws_m192 0.626-0.652 ms, ws_m192t 0.616-0.618: the
-// tail-split's consumers would beat the default by 10 %; its copies are what it lacks. The TMA
-// producer (WS_TMA: one thread, a K and a V box per page-aligned tile) brought ws_m192t from
-// 0.872 to 0.702 ms (72/10000: 1.609 to 1.268) but only ties ws_n192 (0.687 / 1.265 in the same
-// run); ws_m192 lost with it (0.748 against 0.709) and so did ws_n192 (0.711: a 999-key page is
-// five 192-key tiles and one of 39). With the pool head-major (each box one contiguous read)
-// ws_m192t_tma ran 0.685-0.702 and the default 0.686-0.703 (a tie). Sharing each tile between
-// two tail consumers as 64-key halves (twice the ring lookahead per consumer) ran 0.748: removed.
+// Two entry points: paged_attention_fwd_sm90_ws_n192 (192-key tiles in four stages, setmaxnreg
+// 40/232, a 1-tile copy lag: the default for global attention) and paged_attention_fwd_sm90_ws
+// (128-key tiles in six stages, no setmaxnreg, a 2-tile lag: the default for frame-local
+// attention, whose 1005 keys waste less of a ragged last tile of 128). The variants that lost
+// against them (their numbers: docs/cuda.md, "Experiments that lost") are in git history before
+// commit 51ba199.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
+#include "common.cuh"
 
-#define HEAD_DIM 64
-#define ROW_CHUNKS 8
-// Query rows per consumer warpgroup; a CTA has NC consumers (2 or 3) and one producer.
+// The wgmma shapes and fragment layouts below are written for 64-wide heads.
+static_assert(HEAD_DIM == 64, "paged_attention_sm90_ws.cu is specialised for head_dim 64");
+// Query rows per consumer warpgroup, and the consumer warpgroups of a CTA (plus one producer).
 #define WS_WG_ROWS 64
-#define NEG_INF __int_as_float(0xff800000u)
-// Variant flags (template parameter FLAGS of ws_body).
-//   WS_REGS   setmaxnreg: the producer warpgroup drops to 40 registers, the consumers rise to 232.
-//   WS_NOINC  the producer never waits for its own copies: each tile's copies arrive on the
-//             stage's `full` mbarrier by themselves (cp.async.mbarrier.arrive.noinc); consumers
-//             fence to the async proxy after the wait.
-//   WS_NOCOPY diagnostic only (wrong results): the producer copies nothing, it only cycles the
-//             barriers, so the time is the consumers' alone.
-#define WS_REGS 1
-#define WS_NOINC 2
-#define WS_NOCOPY 4
-//   WS_TAIL   tail-split (three consumers, launched with exactly 3 key splits): a last query tile
-//             of 1..64 valid rows is worked by split 0's CTA alone, its three consumers on the
-//             same 64 rows, each over every third key tile of the whole key range (read ws_body).
-#define WS_TAIL 8
-//   WS_TMA    the producer is one thread issuing TMA loads (a K and a V box per tile) instead of
-//             128 threads gathering rows with cp.async; key tiles then start at page starts
-//             (a tile never straddles two pages: a 999-key page is 7 full tiles of 128 and one
-//             of 103), and each tile's valid key count travels beside it in shared memory
-//             (read ws_tma_schedule and ws_producer_tma).
-#define WS_TMA 16
+#define WS_NC 2
 // Bytes of the Q tile of NC consumers (the K/V ring and its barriers follow it).
 #define WS_Q_BYTES(NC) ((NC) * WS_WG_ROWS * HEAD_DIM * 2)
 // Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
@@ -108,9 +42,6 @@ struct Ws {
     static constexpr u32 TILE_BYTES = BN * HEAD_DIM * 2;
     static constexpr u32 STAGE_BYTES = 2 * TILE_BYTES;
 };
-
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ u32 swz(u32 r, u32 c) { return r * ROW_CHUNKS + (c ^ (r & 7)); }
 
 __device__ __forceinline__ void cp_async_16(u32 dst, const void* src, bool valid) {
     // src-size 0 zero-fills the 16 bytes: rows past the end of the queries or keys.
@@ -126,11 +57,6 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // ---- mbarriers (shared::cta) and named barriers.
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Arrives on `bar` once all of this thread's earlier cp.async copies have landed (the arrival
-// counts against the barrier's expected count: .noinc).
-__device__ __forceinline__ void mbar_arrive_cp_async(u32 bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
@@ -154,16 +80,6 @@ __device__ __forceinline__ void named_arrive(u32 id, u32 threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 // Shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading byte
 // offset 16 (unused by these shapes), stride byte offset 1024 (between groups of 8 rows of 128 B).
 __device__ __forceinline__ u64 smem_desc(u32 addr) {
@@ -236,19 +152,10 @@ __device__ __forceinline__ void wgmma_s(float* d, u64 desc_a, u64 desc_b, int sc
     else wgmma_m64n192k16_ss(d, desc_a, desc_b, scale_d);
 }
 
-__device__ __forceinline__ u32 find_page(const u32* __restrict__ cum, u32 n_pages, u32 t) {
-    u32 lo = 0, hi = n_pages;
-    while (hi - lo > 1) {
-        u32 mid = (lo + hi) >> 1;
-        if (__ldg(cum + mid) <= t) lo = mid; else hi = mid;
-    }
-    return lo;
-}
-
 // ---- producer: warpgroup 0 -------------------------------------------------------------------
 // Thread `tid` (0..127) copies chunk column tid & 7 of rows (tid >> 3) + 16 i, i < 8, of every
 // tile, K and V.
-template <int BN, int FLAGS, int LAG>
+template <int BN, int LAG>
 __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32 bar_empty,
     const u16* __restrict__ pool, u32 page_size, const u32* __restrict__ indices,
     const u32* __restrict__ cum, u32 n_pages, u32 kv_len, u32 kv_begin, u32 kv_end, u32 n_tiles,
@@ -279,7 +186,6 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
         const u32 t0 = kv_begin + j * BN;
 #pragma unroll
         for (int i = 0; i < kLoadRows; ++i) {
-            if (FLAGS & WS_NOCOPY) break;
             const u32 r = ld_row + kRowStep * i;
             const u32 t = t0 + r;
             const bool ok = t < kv_end;
@@ -299,10 +205,6 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
             cp_async_16(smem_addr(sk + off), src, ok);
             cp_async_16(smem_addr(sv + off), ok ? src + v_offset : src, ok);
         }
-        if (FLAGS & WS_NOINC) {
-            mbar_arrive_cp_async(bar_full + stage * 8);
-            continue;
-        }
         cp_async_commit();
         // Announce tile j - LAG once this thread's copies of it have landed: LAG + 1 tiles of
         // copies stay in flight per thread.
@@ -313,100 +215,8 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
         }
     }
     cp_async_wait<0>();
-    if (FLAGS & WS_NOINC) return;
     fence_proxy_async();
     for (u32 j = n_tiles > LAG ? n_tiles - LAG : 0; j < n_tiles; ++j) mbar_arrive(bar_full + (j % Ws<BN>::STAGES) * 8);
-}
-
-// ---- TMA producer (WS_TMA) ----------------------------------------------------------------
-// The host encodes the pool as a 4-D tensor {64 dims, page_size slots, heads, 2 x pages planes}
-// (plane 2 p is page p's K, 2 p + 1 its V) with a box of {64, BN, 1, 1} (one contiguous run of BN
-// rows of 128 bytes) and the 128-byte swizzle, which is exactly the layout swz() gives the
-// cp.async path. Slots past page_size read as zeros; slots past a page's valid count are masked
-// by the consumers.
-struct __align__(64) TmaDesc {
-    unsigned long long words[16];
-};
-__device__ __forceinline__ void mbar_expect_tx_arrive(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void tma_load_4d(u32 dst, const TmaDesc* map, int c0, int c1, int c2, int c3, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
-        ::"r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-        : "memory");
-}
-// Page-aligned key tiles: page p holds ceil(len_p / BN) tiles. One warp (all 32 lanes) finds the
-// total T, this split's share [begin, begin + n) of ceil(T / splits) tiles (every tile for the
-// tail CTA) and the page and in-page offset of its first tile.
-struct TmaSpan {
-    u32 n_tiles, page, offset;
-};
-// Valid keys of visible page p, and the page-aligned tiles of BN keys they fill.
-__device__ __forceinline__ u32 page_len(const u32* __restrict__ cum, u32 p) { return __ldg(cum + p + 1) - __ldg(cum + p); }
-template <int BN>
-__device__ __forceinline__ u32 page_tiles(const u32* __restrict__ cum, u32 p) { return (page_len(cum, p) + BN - 1) / BN; }
-template <int BN>
-__device__ __forceinline__ TmaSpan ws_tma_schedule(const u32* __restrict__ cum, u32 n_pages, u32 split,
-    u32 splits, bool all, u32 lane) {
-    u32 total = 0;
-    for (u32 p = lane; p < n_pages; p += 32) total += page_tiles<BN>(cum, p);
-    total = __reduce_add_sync(0xffffffffu, total);
-    const u32 per_split = (total + splits - 1) / splits;
-    const u32 begin = all ? 0 : split * per_split;
-    u32 end = all ? total : begin + per_split;
-    if (end > total) end = total;
-    TmaSpan span = {end > begin ? end - begin : 0, 0, 0};
-    if (span.n_tiles == 0) return span;
-    // The page holding tile `begin`: scan the pages 32 at a time.
-    u32 base = 0;
-    for (u32 p0 = 0; p0 < n_pages; p0 += 32) {
-        const u32 p = p0 + lane;
-        const u32 t = p < n_pages ? page_tiles<BN>(cum, p) : 0;
-        u32 incl = t;
-#pragma unroll
-        for (u32 d = 1; d < 32; d <<= 1) {
-            const u32 up = __shfl_up_sync(0xffffffffu, incl, d);
-            if (lane >= d) incl += up;
-        }
-        const u32 hit = __ballot_sync(0xffffffffu, base + incl > begin);
-        if (hit) {
-            const u32 l = __ffs(hit) - 1;
-            const u32 excl = __shfl_sync(0xffffffffu, incl - t, l);
-            span.page = p0 + l;
-            span.offset = (begin - base - excl) * BN;
-            return span;
-        }
-        base += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    return span;
-}
-// One thread: per tile, wait for the stage, publish the tile's valid key count, expect the two
-// boxes' bytes on `full` (its only arrival) and issue the K and V loads.
-template <int BN>
-__device__ __forceinline__ void ws_producer_tma(const TmaDesc* map, u32 skv0, u32 bar_full, u32 bar_empty,
-    volatile u32* tile_valid, const u32* __restrict__ indices, const u32* __restrict__ cum, TmaSpan span,
-    u32 h) {
-    u32 p = span.page, offset = span.offset;
-    u32 len = page_len(cum, p);
-    for (u32 j = 0; j < span.n_tiles; ++j) {
-        const u32 stage = j % Ws<BN>::STAGES;
-        mbar_wait(bar_empty + stage * 8, ((j / Ws<BN>::STAGES) & 1) ^ 1);
-        const u32 left = len - offset;
-        tile_valid[stage] = left < BN ? left : BN;
-        mbar_expect_tx_arrive(bar_full + stage * 8, Ws<BN>::STAGE_BYTES);
-        const u32 plane = 2 * __ldg(indices + p);
-        const u32 dst = skv0 + stage * Ws<BN>::STAGE_BYTES;
-        tma_load_4d(dst, map, 0, (int)offset, (int)h, (int)plane, bar_full + stage * 8);
-        tma_load_4d(dst + Ws<BN>::TILE_BYTES, map, 0, (int)offset, (int)h, (int)plane + 1, bar_full + stage * 8);
-        offset += BN;
-        // Next tile: the rest of this page, else the next page with keys (empty pages skipped).
-        while (offset >= len && j + 1 < span.n_tiles) {
-            ++p;
-            offset = 0;
-            len = page_len(cum, p);
-        }
-    }
 }
 
 // ---- consumers: online softmax of one S tile -------------------------------------------------
@@ -481,25 +291,19 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
     }
 }
 
-// ---- consumer warpgroup c (0 .. NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
-template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS, int NC>
+// ---- consumer warpgroup c (0 .. WS_NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
+template <int BN>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, u32 lq, u32 heads, u32 n_splits,
     float scale_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
-    u32 warp, u32 q0, u32 split, u32 h, u32 n_tiles, u32 kv_begin, u32 kv_end, bool tail,
-    const volatile u32* tile_valid) {
-    // Masking bounds of ring entry e (in stage `stage`): key t0 + col is valid while < end. TMA
-    // tiles carry their valid count (read after the stage's `full` wait, before its release).
-    auto t0_of = [&](u32 e) -> u32 { return (FLAGS & WS_TMA) ? 0u : kv_begin + e * BN; };
-    auto end_of = [&](u32 stage) -> u32 { return (FLAGS & WS_TMA) ? tile_valid[stage] : kv_end; };
-
+    u32 warp, u32 q0, u32 split, u32 h, u32 n_tiles, u32 kv_begin, u32 kv_end) {
+    constexpr u32 NC = WS_NC;
     const u32 ctid = tid & 127;
 #pragma unroll
     for (int i = 0; i < (64 * ROW_CHUNKS) / 128; ++i) {
         const u32 chunk = ctid + i * 128;
         const u32 r = c * 64 + (chunk >> 3), ch = chunk & 7;
-        // Tail mode: every consumer loads the same 64 rows (into its own slot of the Q tile).
-        const u32 row = q0 + (tail ? (chunk >> 3) : r);
+        const u32 row = q0 + r;
         const bool ok = row < lq;
         const u16* src = q + ((u64)(ok ? row : 0) * heads + h) * HEAD_DIM + ch * 8;
         cp_async_16(smem_addr(sq + swz(r, ch) * 8), src, ok);
@@ -508,18 +312,6 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     cp_async_wait<0>();
     fence_proxy_async();
     named_sync(1 + NC + c, 128);  // this warpgroup's Q rows are in shared memory
-    // With three consumers (192 rows) the last query tile is mostly padding (1005 = 5 x 192 + 45):
-    // a warpgroup without a single valid row keeps the barrier protocol (turns, full/empty) but
-    // skips its products and softmax, so the tile's one working warpgroup has the tensor cores.
-    const bool active = NC == 2 || tail || q0 + c * WS_WG_ROWS < lq;
-    // This consumer's j-th key tile is ring entry (and key tile) j * e_mul + e_add: every tile of
-    // the split, or in tail mode (n_tiles = all kv_tiles, kv_begin = 0, kv_end = kv_len) the
-    // tiles t = 3 j + c, my_tiles of them. Tail mode: every consumer takes `turns` turns (the
-    // largest count + 1), padding with protocol-only turns after its own sections.
-    const u32 e_mul = tail ? NC : 1;
-    const u32 e_add = tail ? c : 0;
-    const u32 my_tiles = tail ? (n_tiles > c ? (n_tiles - c + NC - 1) / NC : 0) : n_tiles;
-    const u32 turns = tail && n_tiles > 0 ? (n_tiles + NC - 1) / NC + 1 : 0;
 
     float o_acc[32];
     float s[BN / 2];
@@ -536,111 +328,41 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     float row_sum[2] = {0.f, 0.f};
     const u32 sq_wg = smem_addr(sq) + c * 64 * 128;
     const u32 skv0 = smem_addr(skv);
-    // Ping-pong (round robin with three): barrier 1 + c is "consumer c may issue"; each consumer
-    // syncs on its own and arrives on the next one's after issuing. Consumer 0 goes first. Counts
-    // match exactly: each consumer issues n_tiles + 1 sections; the last consumer arrives once up
-    // front and skips the arrive after its last section (nobody would wait for it).
+    // Ping-pong: barrier 1 + c is "consumer c may issue"; each consumer syncs on its own and
+    // arrives on the other's after issuing. Consumer 0 goes first. Counts match exactly: each
+    // consumer issues n_tiles + 1 sections; the last consumer arrives once up front and skips the
+    // arrive after its last section (nobody would wait for it).
     const u32 my_turn = 1 + c;
     const u32 other_turn = 1 + (c + 1) % NC;
-    // Tail mode: a ring entry i is consumed by consumer i % 3 alone (the `empty` barriers count
-    // one warpgroup), and consumer c waits on `full` slot i % STAGES with parity (i / STAGES) & 1
-    // for its entries i = 3 j + c only, skipping the others' phases. STAGES = 6 is a multiple of
-    // 3, so each slot serves one consumer (c uses slots c and c + 3 alternately). No phase
-    // aliasing: c itself consumed entry i - STAGES (its tile j - 2; for j < 2 the slot is in its
-    // first phase), so the slot's phases up to that entry's have completed, and entry i + STAGES
-    // cannot be copied before c releases entry i: the wait sees exactly entry i's phase.
-    // The producer's copies arrive on `full` by themselves in tail mode (ws_body), so `full` of
-    // entry i needs only its copies issued, i.e. the releases of entries <= i - STAGES (the
-    // producer takes the stages in order), and the copies landed; nothing later.
-    // Each section j issues P(j-1) V(j-1) before S(j) and releases entry i - 3 (its tile j - 1)
-    // as soon as that product completed: c holds at most two slots (i - 3 while its product runs,
-    // and i), and the copy of i + 3 (into i - 3's slot) starts one whole section before c needs it.
-    // Deadlock-free (by induction over the turns; c's section j is turn 3 j + c, i.e. the turn of
-    // its entry i, the padding turns come after every section): the turn of entry i waits for
-    // (1) the arrive of turn i - 1, made right after that turn's products were issued, and
-    // (2) `full` of entry i, i.e. the releases of entries e <= i - 6, each made by its owner's
-    // section of entry e + 3 <= i - 3 (an earlier turn) once that section's own P V completed,
-    // which waits on nothing else; such an e is never its owner's last tile (the only tiles never
-    // released), because a consumer's last tile is one of the last 3 entries, kv_tiles - 3 or
-    // later, and e + 6 <= i < kv_tiles. The named barriers count exactly as before (each turn
-    // is one sync of its owner and one arrive of the previous owner; every consumer takes
-    // `turns` turns; the last turn overall arrives nowhere).
-    if (tail && PINGPONG && c == NC - 1 && turns > 0) named_arrive(other_turn, 256);
 
-    // (Never in tail mode: every consumer has the tile's rows.)
-    if (n_tiles > 0 && !active) {
-        // Same barrier protocol as below (n_tiles + 1 turns; tiles released one section late),
-        // no products: a path of its own so that the working path's wgmma stay unconditional.
-        if (PINGPONG && c == NC - 1) named_arrive(other_turn, 256);
-        for (u32 j = 0; j <= n_tiles; ++j) {
-            if (j < n_tiles) mbar_wait(bar_full + (j % Ws<BN>::STAGES) * 8, (j / Ws<BN>::STAGES) & 1);
-            if (PINGPONG) named_sync(my_turn, 256);
-            if (PINGPONG && (j < n_tiles || c != NC - 1)) named_arrive(other_turn, 256);
-            if (j >= 1 && j < n_tiles) mbar_arrive(bar_empty + ((j - 1) % Ws<BN>::STAGES) * 8);
-        }
-    } else if (my_tiles > 0) {
-        if (PINGPONG && c == NC - 1 && !tail) named_arrive(other_turn, 256);
+    if (n_tiles > 0) {
+        if (c == NC - 1) named_arrive(other_turn, 256);
         float corr[2];
 
-        // Section 0: S(0) only (entry e_add < STAGES: the slot's first phase).
-        const u32 first = e_add % Ws<BN>::STAGES;
-        mbar_wait(bar_full + first * 8, 0);
-        if ((FLAGS & WS_NOINC) || ((FLAGS & WS_TAIL) && tail)) fence_proxy_async();
-        if (PINGPONG) named_sync(my_turn, 256);
+        // Section 0: S(0) only (stage 0, its first phase).
+        mbar_wait(bar_full, 0);
+        named_sync(my_turn, 256);
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc)
-            wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32),
-                smem_desc(skv0 + first * Ws<BN>::STAGE_BYTES + kc * 32), kc);
+            wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(skv0 + kc * 32), kc);
         wgmma_commit();
-        if (PINGPONG) named_arrive(other_turn, 256);
+        named_arrive(other_turn, 256);
         wgmma_wait<0>();
         fence_regs<BN / 2>(s);
-        ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0_of(e_add), end_of(first), scale_log2);
+        ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, kv_begin, kv_end, scale_log2);
         ws_rescale_pack<BN>(s, o_acc, p, corr);
 
         // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
-        // tile j-1. OVERLAP: the exponentials of S(j) run while P(j-1) V(j-1) is still on the
-        // tensor cores (they only touch s); O and P wait for it.
-        for (u32 j = 1; j < my_tiles; ++j) {
-            const u32 e = j * e_mul + e_add;  // ring entry and key tile
-            const u32 stage = e % Ws<BN>::STAGES;
-            const u32 prev = (e - e_mul) % Ws<BN>::STAGES;
+        // tile j-1. The exponentials of S(j) run while P(j-1) V(j-1) is still on the tensor cores
+        // (they only touch s); O and P wait for it.
+        for (u32 j = 1; j < n_tiles; ++j) {
+            const u32 stage = j % Ws<BN>::STAGES;
+            const u32 prev = (j - 1) % Ws<BN>::STAGES;
             const u32 sk = skv0 + stage * Ws<BN>::STAGE_BYTES;
             const u32 sv_prev = skv0 + prev * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
-            mbar_wait(bar_full + stage * 8, (e / Ws<BN>::STAGES) & 1);
-            if ((FLAGS & WS_NOINC) || ((FLAGS & WS_TAIL) && tail)) fence_proxy_async();
-            if (PINGPONG) named_sync(my_turn, 256);
-            if constexpr ((FLAGS & WS_TAIL) != 0) {
-                if (tail) {
-                    fence_regs<BN / 2>(s);
-                    fence_regs<32>(o_acc);
-                    fence_frag<BN / 16>(p);
-                    wgmma_fence();
-                    // Tail mode: P(j-1) V(j-1) first, then S(j); the previous tile is released as
-                    // soon as its product completed (groups complete in order), before S(j) and
-                    // the softmax, so that the producer refills its stage one whole step before
-                    // this consumer needs it (read the ring note above).
-#pragma unroll
-                    for (int kc = 0; kc < BN / 16; ++kc)
-                        wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
-                    wgmma_commit();
-#pragma unroll
-                    for (int kc = 0; kc < 4; ++kc)
-                        wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
-                    wgmma_commit();
-                    if (PINGPONG) named_arrive(other_turn, 256);
-                    wgmma_wait<1>();
-                    fence_regs<32>(o_acc);
-                    fence_frag<BN / 16>(p);
-                    mbar_arrive(bar_empty + prev * 8);
-                    wgmma_wait<0>();
-                    fence_regs<BN / 2>(s);
-                    ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0_of(e), end_of(stage), scale_log2);
-                    ws_rescale_pack<BN>(s, o_acc, p, corr);
-                    continue;
-                }
-            }
+            mbar_wait(bar_full + stage * 8, (j / Ws<BN>::STAGES) & 1);
+            named_sync(my_turn, 256);
             fence_regs<BN / 2>(s);
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
@@ -652,57 +374,38 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 #pragma unroll
             for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
             wgmma_commit();
-            if (PINGPONG) named_arrive(other_turn, 256);
-            const u32 t0 = t0_of(e);
-            const u32 t_end = end_of(stage);
-            if (OVERLAP) {
-                wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
-                fence_regs<BN / 2>(s);
-                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, t_end, scale_log2);
-                wgmma_wait<0>();
-                fence_regs<32>(o_acc);
-                fence_frag<BN / 16>(p);
-                mbar_arrive(bar_empty + prev * 8);
-            } else {
-                wgmma_wait<0>();
-                fence_regs<BN / 2>(s);
-                fence_regs<32>(o_acc);
-                fence_frag<BN / 16>(p);
-                mbar_arrive(bar_empty + prev * 8);
-                ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, t0, t_end, scale_log2);
-            }
+            named_arrive(other_turn, 256);
+            wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
+            fence_regs<BN / 2>(s);
+            ws_softmax_exp<BN>(s, row_max, row_sum, corr, lane, kv_begin + j * BN, kv_end, scale_log2);
+            wgmma_wait<0>();
+            fence_regs<32>(o_acc);
+            fence_frag<BN / 16>(p);
+            mbar_arrive(bar_empty + prev * 8);
             ws_rescale_pack<BN>(s, o_acc, p, corr);
         }
 
         // Last section: O += P(n-1) V(n-1).
         {
-            const u32 last = ((my_tiles - 1) * e_mul + e_add) % Ws<BN>::STAGES;
+            const u32 last = (n_tiles - 1) % Ws<BN>::STAGES;
             const u32 sv_last = skv0 + last * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
-            if (PINGPONG) named_sync(my_turn, 256);
+            named_sync(my_turn, 256);
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
             wgmma_fence();
 #pragma unroll
             for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
             wgmma_commit();
-            // The very last turn (the last consumer's) arrives nowhere; in tail mode the last
-            // consumer may still have padding turns after this section.
-            if (PINGPONG && (c != NC - 1 || (tail && my_tiles + 1 < turns))) named_arrive(other_turn, 256);
+            // The very last turn (the last consumer's) arrives nowhere.
+            if (c != NC - 1) named_arrive(other_turn, 256);
             wgmma_wait<0>();
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
         }
     }
-    if (tail) {
-        // Protocol-only turns: no products, no full/empty traffic.
-        for (u32 k = my_tiles > 0 ? my_tiles + 1 : 0; k < turns; ++k) {
-            if (PINGPONG) named_sync(my_turn, 256);
-            if (PINGPONG && (k + 1 < turns || c != NC - 1)) named_arrive(other_turn, 256);
-        }
-    }
 
     // ---- epilogue: rows wg_row0 + g and + 8 of this warp (an empty split writes zeros, -inf).
-    const u32 wg_row0 = (tail ? 0 : c * 64) + (warp & 3) * 16;
+    const u32 wg_row0 = c * 64 + (warp & 3) * 16;
     const u32 g = lane >> 2;
     const u32 tq = lane & 3;
 #pragma unroll
@@ -720,74 +423,40 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
                 *(u32*)(out + base + j * 8 + tq * 2) =
                     pack_bf16x2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
         } else {
-            // Tail mode: consumer c's keys are split c of the partials.
-            const u32 out_split = tail ? c : split;
-            const u64 pbase = (u64)out_split * lq * heads * HEAD_DIM + base;
+            const u64 pbase = (u64)split * lq * heads * HEAD_DIM + base;
 #pragma unroll
             for (int j = 0; j < 8; ++j)
                 *(float2*)(part_o + pbase + j * 8 + tq * 2) =
                     make_float2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
             if (tq == 0)
-                part_lse[((u64)out_split * lq + row) * heads + h] =
+                part_lse[((u64)split * lq + row) * heads + h] =
                     l > 0.f ? row_max[hf] + __log2f(l) : NEG_INF;
         }
     }
 }
 
-template <int BN, bool PINGPONG, bool OVERLAP, int FLAGS, int LAG, int NC>
+// REGS: setmaxnreg (the producer warpgroup drops to 40 registers, the consumers rise to 232).
+// LAG: tiles the producer announces behind its latest copies.
+template <int BN, bool REGS, int LAG>
 __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
     u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
-    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2,
-    const TmaDesc* kv_map) {
+    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) {
+    constexpr u32 NC = WS_NC;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
     u16* sq = (u16*)smem;                                     // [NC * 64][64], swizzled
     u16* skv = (u16*)(smem + WS_Q_BYTES(NC));                 // [STAGES][K|V][BN][64]
     const u32 bar_full = smem_addr(smem + WS_Q_BYTES(NC) + Ws<BN>::STAGES * Ws<BN>::STAGE_BYTES);  // [STAGES]
     const u32 bar_empty = bar_full + Ws<BN>::STAGES * 8;                                   // [STAGES]
-    // WS_TMA: each stage's valid key count, then the split's schedule (tiles, page, offset).
-    u32* tile_valid = (u32*)(smem + WS_Q_BYTES(NC) + Ws<BN>::STAGES * Ws<BN>::STAGE_BYTES + Ws<BN>::STAGES * 16);
-    u32* tma_sched = tile_valid + Ws<BN>::STAGES;
 
     const u32 tid = threadIdx.x;
     const u32 lane = tid & 31;
     const u32 warp = tid >> 5;
     const u32 role = warp >> 2;  // 0 producer, 1 .. NC consumers
-    u32 q_tile = blockIdx.x;
-    u32 split = blockIdx.y;
-    u32 h = blockIdx.z;
-    if constexpr ((FLAGS & WS_TAIL) != 0) {
-        // Dispatch order (CTAs start in the order of their linear index, x fastest): with a tail,
-        // the first gridDim.z CTAs are the tail tile's working CTAs (split 0 of every head), so
-        // the slowest CTAs start in the first wave and the others pack around them; then the full
-        // tiles in the usual order (query tile, split, head); the tail's idle splits last (they
-        // return at once). Without a tail the last query tile comes first (x = 0), harmless.
-        const u32 last = gridDim.x - 1;
-        if (lq - last * (NC * WS_WG_ROWS) <= WS_WG_ROWS) {
-            const u32 lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-            if (lin < gridDim.z) {
-                q_tile = last;
-                split = 0;
-                h = lin;
-            } else {
-                const u32 r = lin - gridDim.z;
-                if (r >= last * gridDim.y * gridDim.z) return;  // the tail's idle splits
-                q_tile = r % last;
-                split = (r / last) % gridDim.y;
-                h = r / (last * gridDim.y);
-            }
-        } else {
-            q_tile = blockIdx.x == 0 ? last : blockIdx.x - 1;
-        }
-    }
-    const u32 q0 = q_tile * (NC * WS_WG_ROWS);
-    // Tail-split (WS_TAIL, launched with 3 splits): the last query tile with 1..64 valid rows is
-    // split 0's alone (splits 1 and 2 leave here, before any barrier is initialised or waited
-    // on: nothing in their CTA runs). Its producer streams every key tile; consumer c takes the
-    // tiles t = c (mod 3) for the tile's first 64 rows and writes them as split c.
-    const bool tail = (FLAGS & WS_TAIL) && lq - q0 <= WS_WG_ROWS;
-    if (tail && split != 0) return;
+    const u32 split = blockIdx.y;
+    const u32 h = blockIdx.z;
+    const u32 q0 = blockIdx.x * (NC * WS_WG_ROWS);
 
     // This split's key tiles (the contract: tiles of this kernel's BLOCK_N, split evenly).
     const u32 n_pages = __ldg(n_pages_ptr);
@@ -798,116 +467,47 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 tile_begin = split * tiles_per_split;
     u32 tile_end = tile_begin + tiles_per_split;
     if (tile_end > kv_tiles) tile_end = kv_tiles;
-    u32 n_tiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
-    u32 kv_begin = tile_begin * BN;
-    u32 kv_end = n_tiles > 0 ? (tile_end * BN < kv_len ? tile_end * BN : kv_len) : kv_begin;
-    if (tail) {
-        n_tiles = kv_tiles;
-        kv_begin = 0;
-        kv_end = kv_len;
-    }
+    const u32 n_tiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
+    const u32 kv_begin = tile_begin * BN;
+    const u32 kv_end = n_tiles > 0 ? (tile_end * BN < kv_len ? tile_end * BN : kv_len) : kv_begin;
 
-    if constexpr ((FLAGS & WS_TMA) != 0) {
-        if (warp == 0) {
-            const TmaSpan span = ws_tma_schedule<BN>(cum, n_pages, split, splits, tail, lane);
-            if (lane == 0) {
-                tma_sched[0] = span.n_tiles;
-                tma_sched[1] = span.page;
-                tma_sched[2] = span.offset;
-            }
-        }
-    }
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < Ws<BN>::STAGES; ++s) {
-            // every producer thread arrives; TMA: the one issuing thread, plus the bytes
-            mbar_init(bar_full + s * 8, (FLAGS & WS_TMA) ? 1 : 128);
-            // every consumer thread arrives; tail mode: one consumer per ring entry
-            mbar_init(bar_empty + s * 8, tail ? 128 : NC * 128);
+            mbar_init(bar_full + s * 8, 128);        // every producer thread arrives
+            mbar_init(bar_empty + s * 8, NC * 128);  // every consumer thread arrives
         }
     }
     __syncthreads();  // the only CTA-wide barrier: the roles never meet again
-    if constexpr ((FLAGS & WS_TMA) != 0) n_tiles = tma_sched[0];
 
     // setmaxnreg wants each warpgroup's role as one branch of a single if/else.
     if (role == 0) {
-        // 2 consumers: 40 + 2 x 232 registers per thread-row of the 64K file (x 128 threads);
-        // 3 consumers: 32 + 3 x 160 (FlashAttention-3's split for four warpgroups).
-        if constexpr ((FLAGS & WS_REGS) && NC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
-        if constexpr ((FLAGS & WS_REGS) && NC == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
-        if constexpr ((FLAGS & WS_TMA) != 0) {
-            if (tid == 0 && n_tiles > 0)
-                ws_producer_tma<BN>(kv_map, smem_addr(skv), bar_full, bar_empty, tile_valid, indices, cum,
-                    TmaSpan{n_tiles, tma_sched[1], tma_sched[2]}, h);
-        } else if constexpr ((FLAGS & WS_TAIL) != 0) {
-            // Tail mode: copies that arrive on `full` by themselves (WS_NOINC; the consumers
-            // fence to the async proxy after the wait), so that a tile is announced as soon as it
-            // landed, never held back behind the producer's wait for a later stage (read
-            // ws_consumer's ring note).
-            if (n_tiles > 0 && tail)
-                ws_producer<BN, FLAGS | WS_NOINC, LAG>(tid, skv, bar_full, bar_empty, pool, page_size,
-                    indices, cum, n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
-            else if (n_tiles > 0)
-                ws_producer<BN, FLAGS, LAG>(tid, skv, bar_full, bar_empty, pool, page_size, indices,
-                    cum, n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
-        } else if (n_tiles > 0)
-            ws_producer<BN, FLAGS, LAG>(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum,
-                                    n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
+        // 40 + 2 x 232 registers per thread-row of the 64K file (x 128 threads).
+        if constexpr (REGS) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (n_tiles > 0)
+            ws_producer<BN, LAG>(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum,
+                                 n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
     } else {
-        if constexpr ((FLAGS & WS_REGS) && NC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-        if constexpr ((FLAGS & WS_REGS) && NC == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
-        ws_consumer<BN, PINGPONG, OVERLAP, FLAGS, NC>(q, out, part_o, part_lse, lq, heads, n_splits,
-            scale_log2, sq, skv, bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h,
-            n_tiles, kv_begin, kv_end, tail, tile_valid);
+        if constexpr (REGS) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        ws_consumer<BN>(q, out, part_o, part_lse, lq, heads, n_splits, scale_log2, sq, skv,
+            bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
     }
 }
 
 // Smem: 1024 (alignment slack) + NC x 8 KB Q + STAGES x (2 x BN x 128 B) K/V + 2 x STAGES
 // mbarriers. NC consumer warpgroups + 1 producer: (NC + 1) x 128 threads, one CTA per SM.
-#define WS_ENTRY_NC(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG, NC)                                   \
-    extern "C" __global__ void __launch_bounds__((NC + 1) * 128, 1) NAME(                         \
+// The host names each entry point once more, in src/backend/cuda/attention/table.rs.
+#define WS_ENTRY(NAME, BN, REGS, LAG)                                                              \
+    extern "C" __global__ void __launch_bounds__((WS_NC + 1) * 128, 1) NAME(                      \
         const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \
         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
         const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
-        const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2,   \
-        const __grid_constant__ TmaDesc kv_map) {                                                 \
-        ws_body<BN, PINGPONG, OVERLAP, FLAGS, LAG, NC>(q, out, part_o, part_lse, pool, page_size,  \
-            indices, cum, n_pages_ptr, lq, heads, n_splits, scale_log2, &kv_map);                 \
+        const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) { \
+        ws_body<BN, REGS, LAG>(q, out, part_o, part_lse, pool, page_size, indices, cum,            \
+            n_pages_ptr, lq, heads, n_splits, scale_log2);                                        \
     }
-// Two consumers (128 query rows, 384 threads).
-#define WS_ENTRY(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG) WS_ENTRY_NC(NAME, BN, PINGPONG, OVERLAP, FLAGS, LAG, 2)
 
-// Ping-pong consumers, softmax overlapping the consumer's own P V.
-WS_ENTRY(paged_attention_fwd_sm90_ws, 128, true, true, 0, 2)
-// Ping-pong, each section fully serial (wait for both products, then the softmax).
-WS_ENTRY(paged_attention_fwd_sm90_ws_serial, 128, true, false, 0, 2)
-// No ping-pong: the two consumers issue whenever ready; softmax overlapping P V.
-WS_ENTRY(paged_attention_fwd_sm90_ws_free, 128, false, true, 0, 2)
-// The default with setmaxnreg (producer 40 registers, consumers 232).
-WS_ENTRY(paged_attention_fwd_sm90_ws_regs, 128, true, true, WS_REGS, 2)
-// setmaxnreg and a 3-tile copy lag (four tiles of copies in flight per producer thread; with six
-// stages and two held by the consumers, more would put the producer on the consumers' path).
-WS_ENTRY(paged_attention_fwd_sm90_ws_lag3, 128, true, true, WS_REGS, 3)
-// setmaxnreg and copies that arrive on the `full` barrier by themselves (no producer waits).
-WS_ENTRY(paged_attention_fwd_sm90_ws_noinc, 128, true, true, WS_REGS | WS_NOINC, 2)
-// 192-key tiles (four stages), setmaxnreg, 1-tile lag.
-WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, true, WS_REGS, 1)
-// 192-key tiles, setmaxnreg, copies arriving by themselves.
-WS_ENTRY(paged_attention_fwd_sm90_ws_n192_noinc, 192, true, true, WS_REGS | WS_NOINC, 1)
-// Diagnostic (wrong results): no copies at all; the consumers' time alone.
-WS_ENTRY(paged_attention_fwd_sm90_ws_nocopy, 128, true, true, WS_REGS | WS_NOINC | WS_NOCOPY, 2)
-// Three consumers (192 query rows, 512 threads; FlashAttention-3's layout for head dim 64):
-// 128-key tiles in six stages (24 KB Q + 192 KB ring), setmaxnreg 32/160, 2-tile lag.
-WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192, 128, true, true, WS_REGS, 2, 3)
-// ws_m192 with the tail-split (WS_TAIL): always 3 key splits; a last query tile of 1..64 rows
-// runs in split 0's CTA alone with the keys dealt round-robin to its three consumers, so every
-// working CTA costs the same (1005 x 16 heads: 16 x (5 x 3 + 1) = 256 CTAs, two waves on 132 SMs).
-WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t, 128, true, true, WS_REGS | WS_TAIL, 2, 3)
-// TMA producers (WS_TMA: page-aligned tiles, one thread issuing a K and a V box per tile) for
-// the 192-key default, the three-consumer kernel and its tail-split.
-WS_ENTRY(paged_attention_fwd_sm90_ws_n192_tma, 192, true, true, WS_REGS | WS_TMA, 1)
-WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192_tma, 128, true, true, WS_REGS | WS_TMA, 2, 3)
-WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t_tma, 128, true, true, WS_REGS | WS_TAIL | WS_TMA, 2, 3)
-// Diagnostics (wrong results): ws_m192 and ws_m192t without copies, their consumers' time alone.
-WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192_nocopy, 128, true, true, WS_REGS | WS_NOINC | WS_NOCOPY, 2, 3)
-WS_ENTRY_NC(paged_attention_fwd_sm90_ws_m192t_nocopy, 128, true, true, WS_REGS | WS_TAIL | WS_NOCOPY, 2, 3)
+// 128-key tiles (six stages), 2-tile copy lag: frame-local attention's default.
+WS_ENTRY(paged_attention_fwd_sm90_ws, 128, false, 2)
+// 192-key tiles (four stages), setmaxnreg, 1-tile copy lag: global attention's default.
+WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, 1)

@@ -5,48 +5,19 @@
 //
 // Storage: bf16 as u16 bits, f32 for residual streams; all math in f32, every bf16 output rounded
 // once (round to nearest even). Activations are token-major [tokens][channels].
-// No CUDA headers are included so that NVRTC compiles this file with no include path.
+// Shared helpers (bf16, reductions, GELU) come from common.cuh.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
+#include "common.cuh"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
-
-// Round to nearest even; NaN stays NaN (the PTX conversion handles it).
+// Round to nearest even; NaN stays NaN (the PTX conversion handles it; camera_head.cu and dpt.cu
+// round NaN differently, each keeps its own).
 __device__ __forceinline__ u16 f32_to_bf16(float x) {
     u16 r;
     asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
     return r;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 16);
-    v += __shfl_xor_sync(0xffffffffu, v, 8);
-    v += __shfl_xor_sync(0xffffffffu, v, 4);
-    v += __shfl_xor_sync(0xffffffffu, v, 2);
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v;
-}
-
-// Sum over the whole CTA (blockDim.x a multiple of 32, at most 1024); every thread gets the
-// result. `scratch` holds 32 floats; the leading barrier makes it reusable back to back.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    float t = lane < warps ? scratch[lane] : 0.f;
-    return warp_sum(t);
-}
-
-// Exact GELU, x/2 (1 + erf(x / sqrt 2)), as PyTorch's default (not the tanh form).
-__device__ __forceinline__ float gelu_erf(float x) {
-    return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
 }
 
 #define GRID_STRIDE(i, n) \
@@ -199,11 +170,11 @@ extern "C" __global__ void add_bias_gelu_erf_bf16_x4(uint2* __restrict__ x, cons
 //   mistake cannot pass unnoticed (the host checks the frame count before the step).
 
 #define QKV_WARPS 8
-#define HEAD_DIM 64
-#define SPECIAL_TOKENS 6
-#define ROPE2D_FREQS 16
-#define ROPE3D_T_PAIRS 10
-#define ROPE3D_HW_PAIRS 11
+// The token layout and RoPE split come from spec.cuh (src/model/spec.rs); the lane mapping above
+// is written for 64-wide heads split into 32 pairs (3D) or two halves of 16 frequencies (2D).
+static_assert(HEAD_DIM == 64, "qkv_split_norm_rope maps one warp's 32 lanes onto 64 dims");
+static_assert(SPEC_ROPE3D_T_PAIRS + 2 * SPEC_ROPE3D_HW_PAIRS == HEAD_DIM / 2, "3D RoPE: a pair per lane");
+static_assert(SPEC_ROPE2D_FREQS == HEAD_DIM / 4, "2D RoPE: 16 frequencies per half");
 
 struct Pair {
     float a, b;
@@ -290,26 +261,26 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
 
     if (rope_mode != 0) {
         const u32 s = n / tokens_per_frame, t = n % tokens_per_frame;
-        const bool special = t < SPECIAL_TOKENS;
-        const u32 p = special ? 0 : t - SPECIAL_TOKENS;
+        const bool special = t < SPEC_SPECIAL_TOKENS;
+        const u32 p = special ? 0 : t - SPEC_SPECIAL_TOKENS;
         const u32 r = p / grid_w, c = p % grid_w;
         if (rope_mode == 1) {
             const u32 pos = special ? 0 : (lane < 16 ? r + 1 : c + 1);
-            const float2* cs = table2d + (u64)pos * ROPE2D_FREQS;
+            const float2* cs = table2d + (u64)pos * SPEC_ROPE2D_FREQS;
             xq = rope2d(xq, cs, lane);
             xk = rope2d(xk, cs, lane);
         } else {
             const u32 f = *frame_base + s;
             const bool in_table = f < max_frame;
             float2 cs;
-            if (lane < ROPE3D_T_PAIRS) {
-                cs = table_t[(u64)(in_table ? f : 0) * ROPE3D_T_PAIRS + lane];
-            } else if (lane < ROPE3D_T_PAIRS + ROPE3D_HW_PAIRS) {
-                const u32 ph = special ? t : SPECIAL_TOKENS + r;
-                cs = table_h[(u64)ph * ROPE3D_HW_PAIRS + (lane - ROPE3D_T_PAIRS)];
+            if (lane < SPEC_ROPE3D_T_PAIRS) {
+                cs = table_t[(u64)(in_table ? f : 0) * SPEC_ROPE3D_T_PAIRS + lane];
+            } else if (lane < SPEC_ROPE3D_T_PAIRS + SPEC_ROPE3D_HW_PAIRS) {
+                const u32 ph = special ? t : SPEC_SPECIAL_TOKENS + r;
+                cs = table_h[(u64)ph * SPEC_ROPE3D_HW_PAIRS + (lane - SPEC_ROPE3D_T_PAIRS)];
             } else {
-                const u32 pw = special ? t : SPECIAL_TOKENS + c;
-                cs = table_w[(u64)pw * ROPE3D_HW_PAIRS + (lane - ROPE3D_T_PAIRS - ROPE3D_HW_PAIRS)];
+                const u32 pw = special ? t : SPEC_SPECIAL_TOKENS + c;
+                cs = table_w[(u64)pw * SPEC_ROPE3D_HW_PAIRS + (lane - SPEC_ROPE3D_T_PAIRS - SPEC_ROPE3D_HW_PAIRS)];
             }
             // A frame past the table poisons the whole head, not just the temporal pairs.
             if (!in_table) cs.x = __int_as_float(0x7fc00000);
@@ -345,6 +316,10 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
 // patches row-major over the (H / patch) x (W / patch) grid. One thread per output element
 // (writes coalesced; reads are runs of `patch` contiguous floats).
 
+// Element `i` (0..2) of a three-value constant by selects, not an indexed load, so the values
+// stay immediates in the code.
+__device__ __forceinline__ float pick3(const float (&v)[3], u32 i) { return i == 0 ? v[0] : (i == 1 ? v[1] : v[2]); }
+
 extern "C" __global__ void patchify_normalized(const float* __restrict__ image, u32 height, u32 width,
                                                u32 patch, u16* __restrict__ out) {
     const u32 pw = width / patch;
@@ -357,31 +332,30 @@ extern "C" __global__ void patchify_normalized(const float* __restrict__ image, 
         const u32 ch = col / plen, ky = (col / patch) % patch, kx = col % patch;
         const u32 pr = (u32)(pidx / pw), pc = (u32)(pidx % pw);
         const float x = image[((u64)ch * height + pr * patch + ky) * width + pc * patch + kx];
-        // ImageNet statistics (src/model/aggregator.rs), the same f32 division as the CPU code.
-        const float mean = ch == 0 ? 0.485f : (ch == 1 ? 0.456f : 0.406f);
-        const float stdev = ch == 0 ? 0.229f : (ch == 1 ? 0.224f : 0.225f);
-        out[i] = f32_to_bf16((x - mean) / stdev);
+        // ImageNet statistics (src/model/spec.rs), the same f32 division as the CPU code.
+        constexpr float mean[3] = SPEC_IMAGENET_MEAN;
+        constexpr float stdev[3] = SPEC_IMAGENET_STD;
+        out[i] = f32_to_bf16((x - pick3(mean, ch)) / pick3(stdev, ch));
     }
 }
 
 // DINO token sequence [1 + 4 + Np][C] f32: [cls + pos[0], 4 registers (no position),
-// patch_i + pos[1 + i]].
-#define DINO_REGISTERS 4
+// patch_i + pos[1 + i]] (the register count: SPEC_DINO_REGISTERS).
 
 extern "C" __global__ void dino_assemble(const u16* __restrict__ patch_emb, const float* __restrict__ cls,
                                          const float* __restrict__ registers, const float* __restrict__ pos,
                                          float* __restrict__ out, u32 np, u32 c) {
-    const u64 n = (u64)(1 + DINO_REGISTERS + np) * c;
+    const u64 n = (u64)(SPEC_DINO_PREFIX_TOKENS + np) * c;
     GRID_STRIDE(i, n) {
         const u64 row = i / c;
         const u32 ch = (u32)(i % c);
         float y;
         if (row == 0) {
             y = cls[ch] + pos[ch];
-        } else if (row <= DINO_REGISTERS) {
+        } else if (row <= SPEC_DINO_REGISTERS) {
             y = registers[(row - 1) * c + ch];
         } else {
-            const u64 t = row - 1 - DINO_REGISTERS;
+            const u64 t = row - SPEC_DINO_PREFIX_TOKENS;
             y = bf16_to_f32(patch_emb[t * c + ch]) + pos[(1 + t) * c + ch];
         }
         out[i] = y;

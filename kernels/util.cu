@@ -1,8 +1,6 @@
 // Small helpers for benchmarks and tests.
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned long long u64;
+#include "common.cuh"
 
 // A counter-based hash (splitmix64 finaliser): element i of stream `seed` is the same on every
 // run and every GPU, so the host can regenerate any element for a reference check.

@@ -22,7 +22,7 @@ use streamrecon::model::weights::{RawTensor, WeightStore};
 
 /// bf16 weights and GEMM operands, f32 accumulation and residuals.
 const TOLERANCE: f64 = 2e-2;
-const POSE: usize = 9;
+const POSE: usize = streamrecon::model::spec::POSE_ENC_LEN;
 /// Tokens per frame in the test's token buffer: the camera token is row 0, the rest is noise the
 /// head must not read (checks `token_stride`).
 const TOKENS_PER_FRAME: usize = 3;

@@ -7,14 +7,14 @@ mod common;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use streamrecon::backend::cuda::attention::cache_attention;
+use streamrecon::backend::cuda::kv::cache_attention;
 use streamrecon::backend::cuda::{
     AttentionOptions, AttentionWorkspace, CudaDevice, DeviceKvCache, KvGeometry,
 };
 use streamrecon::backend::reference::{HostPagedKv, paged_attention_rows, relative_error};
 use streamrecon::kvcache::{CacheConfig, PageTable, StepKind, StepPlan, StorageDtype};
 
-const D: usize = 64;
+const D: usize = streamrecon::model::spec::HEAD_DIM;
 
 fn device() -> Option<CudaDevice> {
     common::gpu_device()

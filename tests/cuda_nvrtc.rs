@@ -38,7 +38,7 @@ fn every_kernel_compiles_with_nvrtc() {
                 .unwrap_or_else(|e| panic!("{e}"));
             assert!(!cubin.is_empty(), "{}: empty CUBIN for {target}", src.name);
             // Every registered entry point is in the image (names are stored verbatim in ELF).
-            for f in src.functions {
+            for f in src.entry_points() {
                 assert!(
                     cubin.windows(f.len()).any(|w| w == f.as_bytes()),
                     "{}: entry point {f} missing for {target}",

@@ -19,7 +19,7 @@ use streamrecon::model::ops::rope::{apply_rope_2d, apply_rope_3d, rope_3d_table}
 use streamrecon::model::spec::SPECIAL_TOKENS;
 
 const HEADS: usize = 16;
-const D: usize = 64;
+const D: usize = streamrecon::model::spec::HEAD_DIM;
 const C: usize = HEADS * D;
 const GRID_H: usize = 27;
 const GRID_W: usize = 37;

@@ -16,7 +16,7 @@ use half::bf16;
 use serde::Serialize;
 
 use crate::attention::AttentionLayout;
-use crate::backend::cuda::attention::cache_attention;
+use crate::backend::cuda::kv::cache_attention;
 use crate::backend::cuda::{
     AttentionKernel, AttentionOptions, AttentionWorkspace, CudaDevice, CudaError, DenseBaseline,
     DeviceKvCache, KvGeometry,
@@ -58,9 +58,8 @@ pub struct BenchArgs {
     /// Query rows checked against the host reference per case.
     #[arg(long, default_value_t = 24)]
     pub check_rows: usize,
-    /// Attention kernel for the paged and dense rows: auto (wgmma on Hopper, else mma), mma,
-    /// wgmma, ws (warp-specialised wgmma), ws-serial, ws-free. Every other kernel the GPU has is
-    /// also timed, paged, in its own column.
+    /// Attention kernel for the paged and dense rows: auto (ws-n192 on Hopper, else mma), mma,
+    /// ws, ws-n192. Every other kernel the GPU has is also timed, paged, in its own column.
     #[arg(long, default_value = "auto")]
     pub kernel: String,
     /// Tokens per page; default exact pages (= patches per frame, 999).
@@ -646,26 +645,10 @@ fn print_table(r: &Report) {
     }
 }
 
-/// `--kernel` for `bench e2e` (the attention kernel of every layer).
+/// `--kernel` (the attention kernel of every layer): a name from the attention table.
 fn parse_kernel_name(name: &str) -> anyhow::Result<AttentionKernel> {
-    Ok(match name {
-        "mma" => AttentionKernel::MmaSync,
-        "wgmma" => AttentionKernel::WgmmaWide,
-        "ws" => AttentionKernel::WgmmaWs,
-        "ws-serial" => AttentionKernel::WgmmaWsSerial,
-        "ws-free" => AttentionKernel::WgmmaWsFree,
-        "ws-regs" => AttentionKernel::WgmmaWsRegs,
-        "ws-lag3" => AttentionKernel::WgmmaWsLag3,
-        "ws-noinc" => AttentionKernel::WgmmaWsNoinc,
-        "ws-n192" => AttentionKernel::WgmmaWsN192,
-        "ws-n192-noinc" => AttentionKernel::WgmmaWsN192Noinc,
-        "ws-m192" => AttentionKernel::WgmmaWsM192,
-        "ws-m192t" => AttentionKernel::WgmmaWsM192Tail,
-        "ws-n192-tma" => AttentionKernel::WgmmaWsN192Tma,
-        "ws-m192-tma" => AttentionKernel::WgmmaWsM192Tma,
-        "ws-m192t-tma" => AttentionKernel::WgmmaWsM192TailTma,
-        other => bail!(
-            "unknown --kernel `{other}` (auto, mma, wgmma, ws, ws-serial, ws-free, ws-regs, ws-lag3, ws-noinc, ws-n192, ws-n192-noinc, ws-m192, ws-m192t, ws-n192-tma, ws-m192-tma, ws-m192t-tma)"
-        ),
+    AttentionKernel::from_name(name).with_context(|| {
+        let names: Vec<&str> = AttentionKernel::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown --kernel `{name}` (auto, {})", names.join(", "))
     })
 }

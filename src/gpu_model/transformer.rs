@@ -133,13 +133,10 @@ pub struct AttentionSetup {
 impl AttentionSetup {
     /// Key splits for `lq` queries, as the bench chooses them (`choose_splits`): one for the
     /// warp-specialised kernels at 1005 queries x 16 heads (128 CTAs already fill 132 SMs),
-    /// four for the 192-row kernel (96 CTAs: three waves of a quarter of the keys beat one
-    /// partial wave). The key count is not known when a graph is captured (it lives on the
-    /// device), so it does not bound the choice; `MAX_SPLITS` does (the workspace's size).
+    /// two for mma.sync (two CTAs per SM). The key count is not known when a graph is captured
+    /// (it lives on the device), so it does not bound the choice; `MAX_SPLITS` does (the
+    /// workspace's size).
     fn splits(&self, lq: usize, heads: usize) -> usize {
-        if let Some(forced) = self.kernel.forced_splits() {
-            return forced;
-        }
         let q_tiles = lq.div_ceil(self.kernel.block_m());
         choose_splits(
             q_tiles,
@@ -390,10 +387,8 @@ mod tests {
         // One steady-state frame: 1005 queries x 16 heads on 132 SMs.
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 1005, 16), 1);
         assert_eq!(splits(AttentionKernel::WgmmaWs, 1005, 16), 1);
-        assert_eq!(splits(AttentionKernel::WgmmaWsM192, 1005, 16), 4);
-        assert_eq!(splits(AttentionKernel::WgmmaWsM192Tail, 1005, 16), 3);
         // Two CTAs per SM: 128 CTAs fill 264 slots twice with 2 splits.
-        assert_eq!(splits(AttentionKernel::WgmmaWide, 1005, 16), 2);
+        assert_eq!(splits(AttentionKernel::MmaSync, 1005, 16), 2);
         // Phase 1 (8 frames of 1005 tokens): many waves already, no split.
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 8040, 16), 1);
         // The tiny fixtures (2 heads, a few hundred queries): capped by the workspace.

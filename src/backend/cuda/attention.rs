@@ -1,15 +1,17 @@
-//! Launching the paged attention kernel (kernels/paged_attention.cu), split-KV sizing, and the dense
-//! baseline that concatenates the visible K/V into one buffer at every call before attending.
+//! The attention kernels (named in `table`), their launch, split-KV sizing, and the kernel-facing
+//! views of the keys ([`PagedKv`], [`RawPagedKv`]). The K/V storage (`kv`) builds on these views;
+//! nothing here depends on it.
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::arena::DevPtr;
-use super::kv::DeviceKvCache;
-use super::tma::KvTensorMap;
 use super::{CudaDevice, CudaError};
 use crate::model::spec::HEAD_DIM;
+
+mod table;
+pub use table::AttentionKernel;
 
 /// Keys per tile, in every kernel.
 pub const BLOCK_N: usize = 64;
@@ -20,169 +22,19 @@ const ALIGN_SLACK: usize = 1024;
 /// K/V ring depth of the warp-specialised kernel (`WS_STAGES` in its source).
 const WS_STAGES: usize = 6;
 
-/// Which implementation of the attention kernel runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub enum AttentionKernel {
-    /// FlashAttention-2 style on mma.sync (m16n8k16): any NVIDIA GPU from sm_80.
-    MmaSync,
-    /// Both products on Hopper's wgmma (sm_90a only): 128-key tiles in three stages, S as
-    /// m64n128k16 from shared memory, P V with P from registers.
-    WgmmaWide,
-    /// Warp-specialised wgmma (sm_90a only, FlashAttention-3 style): a producer warpgroup gathers
-    /// 128-key tiles into a six-stage mbarrier ring, two consumer warpgroups take turns on the
-    /// tensor cores (ping-pong); one CTA of 384 threads per SM.
-    WgmmaWs,
-    /// [`Self::WgmmaWs`] without the softmax/P V overlap inside a warpgroup (timed beside it).
-    WgmmaWsSerial,
-    /// [`Self::WgmmaWs`] without ping-pong: the consumers issue whenever ready (timed beside it).
-    WgmmaWsFree,
-    /// [`Self::WgmmaWs`] with `setmaxnreg` (producer 40 registers, consumers 232).
-    WgmmaWsRegs,
-    /// [`Self::WgmmaWsRegs`] with a 3-tile copy lag (four tiles of copies in flight per thread).
-    WgmmaWsLag3,
-    /// [`Self::WgmmaWsRegs`] with copies that arrive on the stage's barrier by themselves.
-    WgmmaWsNoinc,
-    /// 192-key tiles (four stages), `setmaxnreg`, 1-tile copy lag.
-    WgmmaWsN192,
-    /// 192-key tiles, `setmaxnreg`, copies that arrive on the stage's barrier by themselves.
-    WgmmaWsN192Noinc,
-    /// Diagnostic, wrong results: [`Self::WgmmaWsNoinc`] with no copies (the consumers' time).
-    WgmmaWsNocopy,
-    /// Three consumer warpgroups (192 query rows per CTA, 512 threads; FlashAttention-3's layout
-    /// for head dim 64): 128-key tiles in six stages, `setmaxnreg` 32/160, round-robin turns.
-    /// H200 with 4 splits: 72/72 0.693 ms (WgmmaWsN192 0.692), 72/10000 1.226 (1.264); with one
-    /// split (96 CTAs for 132 SMs) 0.872: not the default.
-    WgmmaWsM192,
-    /// [`Self::WgmmaWsM192`] with the tail-split: always launched with exactly 3 key splits
-    /// (whatever split count it is asked for; [`Self::forced_splits`]). A last query tile of
-    /// 1..64 valid rows runs in split 0's CTA alone, its three consumers on the same 64 rows,
-    /// each over every third key tile of the whole key range, so every working CTA costs the
-    /// same: 1005 queries x 16 heads are 256 CTAs (two waves on 132 SMs) instead of 384 in three.
-    /// H200: 0.906 ms at 72/72 against WgmmaWsN192's 0.693 (the tail CTAs, reading every tile
-    /// once per consumer, take about twice a normal CTA); not a default.
-    WgmmaWsM192Tail,
-    /// [`Self::WgmmaWsN192`] with a TMA producer: one thread loads each tile's K and V as two
-    /// boxes (the pool is described by a tensor map per launch); key tiles start at page starts
-    /// and each tile's valid count travels beside it. A 999-key page is five tiles of 192 and
-    /// one of 39 (15 % more tile work than 5.2 tiles): timed for comparison only.
-    WgmmaWsN192Tma,
-    /// [`Self::WgmmaWsM192`] with the TMA producer.
-    WgmmaWsM192Tma,
-    /// [`Self::WgmmaWsM192Tail`] with the TMA producer: the tail CTA's three consumers need three
-    /// times a normal CTA's tiles per second, which the cp.async gather could not deliver (its
-    /// consumers alone run 0.615-0.629 ms at 72/72). H200, 72/72: 0.685-0.702 ms against the
-    /// default's 0.686-0.703 in the same runs (a tie); in the whole model 0.3 ms per frame
-    /// slower. Not a default.
-    WgmmaWsM192TailTma,
-    /// Diagnostic, wrong results: [`Self::WgmmaWsM192`] with no copies (its consumers' time).
-    WgmmaWsM192Nocopy,
-    /// Diagnostic, wrong results: [`Self::WgmmaWsM192Tail`] with no copies.
-    WgmmaWsM192TailNocopy,
-}
-
+/// How each kernel is launched (its name, entry point and source come from `table`).
 impl AttentionKernel {
-    const ALL: [Self; 18] = [
-        Self::MmaSync,
-        Self::WgmmaWide,
-        Self::WgmmaWs,
-        Self::WgmmaWsSerial,
-        Self::WgmmaWsFree,
-        Self::WgmmaWsRegs,
-        Self::WgmmaWsLag3,
-        Self::WgmmaWsNoinc,
-        Self::WgmmaWsN192,
-        Self::WgmmaWsN192Noinc,
-        Self::WgmmaWsNocopy,
-        Self::WgmmaWsM192,
-        Self::WgmmaWsM192Tail,
-        Self::WgmmaWsN192Tma,
-        Self::WgmmaWsM192Tma,
-        Self::WgmmaWsM192TailTma,
-        Self::WgmmaWsM192Nocopy,
-        Self::WgmmaWsM192TailNocopy,
-    ];
-
-    /// False for diagnostic variants that skip work and compute wrong results (timing only).
-    pub fn exact(self) -> bool {
-        !matches!(
-            self,
-            Self::WgmmaWsNocopy | Self::WgmmaWsM192Nocopy | Self::WgmmaWsM192TailNocopy
-        )
-    }
-
     fn warp_specialised(self) -> bool {
-        !matches!(self, Self::MmaSync | Self::WgmmaWide)
-    }
-
-    fn entry(self) -> &'static str {
-        match self {
-            Self::MmaSync => "paged_attention_fwd",
-            Self::WgmmaWide => "paged_attention_fwd_sm90_wide",
-            Self::WgmmaWs => "paged_attention_fwd_sm90_ws",
-            Self::WgmmaWsSerial => "paged_attention_fwd_sm90_ws_serial",
-            Self::WgmmaWsFree => "paged_attention_fwd_sm90_ws_free",
-            Self::WgmmaWsRegs => "paged_attention_fwd_sm90_ws_regs",
-            Self::WgmmaWsLag3 => "paged_attention_fwd_sm90_ws_lag3",
-            Self::WgmmaWsNoinc => "paged_attention_fwd_sm90_ws_noinc",
-            Self::WgmmaWsN192 => "paged_attention_fwd_sm90_ws_n192",
-            Self::WgmmaWsN192Noinc => "paged_attention_fwd_sm90_ws_n192_noinc",
-            Self::WgmmaWsNocopy => "paged_attention_fwd_sm90_ws_nocopy",
-            Self::WgmmaWsM192 => "paged_attention_fwd_sm90_ws_m192",
-            Self::WgmmaWsM192Tail => "paged_attention_fwd_sm90_ws_m192t",
-            Self::WgmmaWsN192Tma => "paged_attention_fwd_sm90_ws_n192_tma",
-            Self::WgmmaWsM192Tma => "paged_attention_fwd_sm90_ws_m192_tma",
-            Self::WgmmaWsM192TailTma => "paged_attention_fwd_sm90_ws_m192t_tma",
-            Self::WgmmaWsM192Nocopy => "paged_attention_fwd_sm90_ws_m192_nocopy",
-            Self::WgmmaWsM192TailNocopy => "paged_attention_fwd_sm90_ws_m192t_nocopy",
-        }
-    }
-
-    /// The 192-row family: three consumer warpgroups of 64 query rows.
-    fn rows_192(self) -> bool {
-        matches!(
-            self,
-            Self::WgmmaWsM192
-                | Self::WgmmaWsM192Tail
-                | Self::WgmmaWsM192Tma
-                | Self::WgmmaWsM192TailTma
-                | Self::WgmmaWsM192Nocopy
-                | Self::WgmmaWsM192TailNocopy
-        )
+        !matches!(self, Self::MmaSync)
     }
 
     /// Query rows per CTA.
     pub fn block_m(self) -> usize {
-        if self.rows_192() { 192 } else { 128 }
+        128
     }
 
     fn threads(self) -> u32 {
-        match self {
-            Self::MmaSync => 128,
-            Self::WgmmaWide => 256,
-            _ if self.rows_192() => 512,
-            _ => 384,
-        }
-    }
-
-    /// The key split count this kernel always runs with, whatever it is asked for (the launchers
-    /// override the caller's count, and the workspace must hold this many planes): 3 for
-    /// [`Self::WgmmaWsM192Tail`], whose tail tile writes one split per consumer.
-    pub fn forced_splits(self) -> Option<usize> {
-        match self {
-            Self::WgmmaWsM192Tail | Self::WgmmaWsM192TailTma | Self::WgmmaWsM192TailNocopy => {
-                Some(3)
-            }
-            _ => None,
-        }
-    }
-
-    /// Key rows of the TMA producer's boxes (the kernel's key tile), for kernels that use it.
-    fn tma_rows(self) -> Option<usize> {
-        match self {
-            Self::WgmmaWsN192Tma => Some(192),
-            Self::WgmmaWsM192Tma | Self::WgmmaWsM192TailTma => Some(128),
-            _ => None,
-        }
+        if self.warp_specialised() { 384 } else { 128 }
     }
 
     /// CTAs resident per SM: the kernels' __launch_bounds__ minimum, which their registers and
@@ -196,13 +48,12 @@ impl AttentionKernel {
         let bytes = match self {
             // Two stages of a K and a V tile.
             Self::MmaSync => q + 2 * 2 * KV_TILE_BYTES,
-            // Three stages of 128-key K and V tiles (113 KB: two CTAs fill an SM's 228 KB).
-            Self::WgmmaWide => q + 3 * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK,
             // Six stages of 128-key K and V tiles and a full and an empty mbarrier per stage
-            // (209 KB: one CTA per SM); the 192-key variants' four stages take the same ring
-            // bytes and fewer barriers; the 192-row variant's Q is 24 KB (217 KB).
-            // (+ 64 bytes: the TMA kernels' per-stage valid counts and schedule)
-            _ => q + WS_STAGES * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK + WS_STAGES * 2 * 8 + 64,
+            // (209 KB: one CTA per SM); the 192-key kernel's four stages take the same ring bytes
+            // and fewer barriers.
+            Self::WgmmaWs | Self::WgmmaWsN192 => {
+                q + WS_STAGES * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK + WS_STAGES * 2 * 8
+            }
         };
         bytes as u32
     }
@@ -210,28 +61,27 @@ impl AttentionKernel {
     /// Every kernel this device loaded, the portable one first.
     pub fn available(dev: &CudaDevice) -> Vec<Self> {
         Self::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .filter(|k| dev.kernels.has(k.entry()))
             .collect()
     }
 
     /// The kernel used by default: the warp-specialised wgmma kernel with 192-key tiles on Hopper
-    /// (H200, two benches in one run, 72/72: 0.717 and 0.714 ms against WgmmaWs's 0.729 and
-    /// WgmmaWide's 0.82; 72/10000: 1.311 and 1.309 against 1.321 and 1.333), else mma.sync.
+    /// (H200, two benches in one run, 72/72: 0.717 and 0.714 ms against WgmmaWs's 0.729; 72/10000:
+    /// 1.311 and 1.309 against 1.321), else mma.sync.
     pub fn best_for(dev: &CudaDevice) -> Self {
-        [Self::WgmmaWsN192, Self::WgmmaWs, Self::WgmmaWide]
+        [Self::WgmmaWsN192]
             .into_iter()
             .find(|k| dev.kernels.has(k.entry()))
             .unwrap_or(Self::MmaSync)
     }
-}
 
-impl AttentionKernel {
     /// The kernel used by default for frame-local attention (1005 queries against their own
     /// 1005 keys): 128-key tiles waste less on the ragged last tile than 192 (H200, whole model:
-    /// 24.88 ms per frame against 25.02 with WgmmaWsN192, 25.10 WgmmaWide, 25.37 MmaSync).
+    /// 24.88 ms per frame against 25.02 with WgmmaWsN192, 25.37 MmaSync).
     pub fn best_local_for(dev: &CudaDevice) -> Self {
-        [Self::WgmmaWs, Self::WgmmaWide]
+        [Self::WgmmaWs]
             .into_iter()
             .find(|k| dev.kernels.has(k.entry()))
             .unwrap_or(Self::MmaSync)
@@ -355,19 +205,18 @@ pub fn paged_attention(
     }
     let q_tiles = lq.div_ceil(kernel.block_m());
     let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
-    let n_splits = kernel.forced_splits().unwrap_or_else(|| {
-        opts.splits
-            .unwrap_or_else(|| {
-                choose_splits(
-                    q_tiles,
-                    heads,
-                    kv_tiles,
-                    dev.info.sm_count as usize,
-                    kernel.ctas_per_sm(),
-                )
-            })
-            .clamp(1, kv_tiles)
-    });
+    let n_splits = opts
+        .splits
+        .unwrap_or_else(|| {
+            choose_splits(
+                q_tiles,
+                heads,
+                kv_tiles,
+                dev.info.sm_count as usize,
+                kernel.ctas_per_sm(),
+            )
+        })
+        .clamp(1, kv_tiles);
     // The kernel sizes the splits from the device's table; a split left without keys writes an
     // empty partial, which the combine ignores.
     ws.reserve(dev, lq, heads, n_splits)?;
@@ -396,98 +245,6 @@ pub fn paged_attention(
     Ok(n_splits)
 }
 
-/// Paged attention over `layer` of a [`DeviceKvCache`] with the page table of its last upload.
-#[allow(clippy::too_many_arguments)]
-pub fn cache_attention(
-    dev: &CudaDevice,
-    cache: &DeviceKvCache,
-    layer: usize,
-    q: &CudaSlice<bf16>,
-    out: &mut CudaSlice<bf16>,
-    lq: usize,
-    opts: AttentionOptions,
-    ws: &mut AttentionWorkspace,
-) -> Result<usize, CudaError> {
-    let g = cache.geometry();
-    let kv = PagedKv {
-        pool: cache.pool(layer)?.as_view(),
-        page_size: g.page_size as u32,
-        indices: cache.indices(),
-        cum: cache.cum(),
-        n_pages: cache.n_pages_on_device(),
-        kv_len: cache.kv_len(),
-    };
-    paged_attention(dev, q, out, &kv, lq, g.heads, opts, ws)
-}
-
-/// The dense baseline: at every call the visible keys are concatenated into one contiguous
-/// `[K|V][heads][kv_len][64]` buffer (one gather kernel, like `torch.cat` of the per-frame
-/// tensors), then attended as a single page.
-pub struct DenseBaseline {
-    /// `[K|V][heads][capacity][64]`: the contiguous buffer as one page of `capacity` slots.
-    buf: CudaSlice<bf16>,
-    capacity: usize,
-    /// `[n_pages 1][index 0][cum 0, kv_len]`, written by the gather on the device.
-    table: CudaSlice<u32>,
-    /// Visible keys of the last concatenation (sizes the key splits).
-    kv_len: u32,
-}
-
-impl DenseBaseline {
-    pub fn new(dev: &CudaDevice, max_tokens: usize, heads: usize) -> Result<Self, CudaError> {
-        Ok(Self {
-            buf: dev
-                .stream
-                .alloc_zeros::<bf16>((2 * max_tokens * heads * HEAD_DIM).max(1))?,
-            capacity: max_tokens,
-            table: dev.stream.alloc_zeros::<u32>(4)?,
-            kv_len: 0,
-        })
-    }
-
-    /// Concatenates `layer`'s visible keys into the contiguous buffer (the same gather the GPU
-    /// model's dense layout runs inside its graph).
-    pub fn concat(
-        &mut self,
-        dev: &CudaDevice,
-        cache: &DeviceKvCache,
-        layer: usize,
-    ) -> Result<(), CudaError> {
-        cache.gather_dense_raw(
-            dev,
-            layer,
-            DevPtr::of(&self.buf),
-            self.capacity,
-            DevPtr::of(&self.table),
-        )?;
-        self.kv_len = cache.kv_len();
-        Ok(())
-    }
-
-    /// Attention over the concatenated buffer (call [`Self::concat`] first).
-    #[allow(clippy::too_many_arguments)]
-    pub fn attend(
-        &self,
-        dev: &CudaDevice,
-        heads: usize,
-        q: &CudaSlice<bf16>,
-        out: &mut CudaSlice<bf16>,
-        lq: usize,
-        opts: AttentionOptions,
-        ws: &mut AttentionWorkspace,
-    ) -> Result<usize, CudaError> {
-        let kv = PagedKv {
-            pool: self.buf.as_view(),
-            page_size: self.capacity as u32,
-            indices: self.table.slice(1..2),
-            cum: self.table.slice(2..4),
-            n_pages: self.table.slice(0..1),
-            kv_len: self.kv_len,
-        };
-        paged_attention(dev, q, out, &kv, lq, heads, opts, ws)
-    }
-}
-
 /// Keys of one attention call as raw device addresses (the GPU model's form: fixed addresses a
 /// CUDA graph can hold). The page count is read on the device.
 #[derive(Debug, Clone, Copy)]
@@ -514,9 +271,7 @@ impl RawWorkspace {
 }
 
 /// `out[lq][heads][64] = softmax(q kᵀ / 8) v` with `n_splits` key splits fixed by the caller (the
-/// kernel sizes each split from the device's table). Launch only: graph-capturable. A kernel with
-/// [`AttentionKernel::forced_splits`] (the tail-split) runs with that count instead of
-/// `n_splits`: `ws` must hold that many planes.
+/// kernel sizes each split from the device's table). Launch only: graph-capturable.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention_raw(
     dev: &CudaDevice,
@@ -539,7 +294,7 @@ pub fn paged_attention_raw(
             kv.page_size
         )));
     }
-    let n_splits = kernel.forced_splits().unwrap_or(n_splits.max(1));
+    let n_splits = n_splits.max(1);
     if n_splits > 1 {
         let (o, l) = RawWorkspace::elems(lq, heads, n_splits);
         ws.part_o.check_len(o, "attention split partials")?;
@@ -581,20 +336,6 @@ pub fn paged_attention_raw(
         .arg(&heads32)
         .arg(&ns32)
         .arg(&scale_log2);
-    // The warp-specialised kernels take the pool's tensor map last (read only by the TMA ones).
-    let map = match kernel.tma_rows() {
-        Some(rows) => KvTensorMap::paged_pool(
-            kv.pool.addr(),
-            kv.pool.len(),
-            kv.page_size as usize,
-            heads,
-            rows,
-        )?,
-        None => KvTensorMap::unused(),
-    };
-    if kernel.warp_specialised() {
-        b.arg(&map);
-    }
     // SAFETY: arguments match the attention kernels' contract; buffer sizes checked above; the
     // table was validated when uploaded.
     unsafe { b.launch(cfg) }?;
@@ -624,17 +365,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_kernel_has_a_registered_entry() {
-        let registered: Vec<&str> = crate::backend::cuda::registry::SOURCES
-            .iter()
-            .flat_map(|s| s.functions.iter().copied())
-            .collect();
-        for kernel in AttentionKernel::ALL {
+    fn every_kernel_is_defined_in_a_registered_source() {
+        use crate::backend::cuda::registry::SOURCES;
+        for &kernel in AttentionKernel::ALL {
+            let src = SOURCES
+                .iter()
+                .find(|s| s.name == kernel.source())
+                .unwrap_or_else(|| {
+                    panic!("{kernel:?}: `{}` is not in the registry", kernel.source())
+                });
             assert!(
-                registered.contains(&kernel.entry()),
-                "{kernel:?}: `{}` is not in the kernel registry",
+                src.entry_points().any(|f| f == kernel.entry()),
+                "{kernel:?}: the registry does not load `{}`",
                 kernel.entry()
             );
+            // The .cu file defines it (by a macro in the warp-specialised file: name and paren).
+            assert!(
+                src.source.contains(&format!("{}(", kernel.entry()))
+                    || src.source.contains(&format!("{},", kernel.entry())),
+                "{kernel:?}: kernels/{}.cu does not define `{}`",
+                kernel.source(),
+                kernel.entry()
+            );
+            // The wgmma kernels are built for sm_90a alone, the portable one everywhere.
+            assert_eq!(src.hopper_only, kernel.warp_specialised(), "{kernel:?}");
         }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for &kernel in AttentionKernel::ALL {
+            assert_eq!(AttentionKernel::from_name(kernel.name()), Some(kernel));
+        }
+        assert_eq!(AttentionKernel::from_name("wgmma"), None);
     }
 }

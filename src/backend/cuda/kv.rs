@@ -1,9 +1,8 @@
 //! Device K/V storage for the paged cache, driven by the host's page bookkeeping.
 //!
 //! Per layer one pool `[page][K|V][heads][page_size][64]` bf16 (head-major: one head's slots of a
-//! page are contiguous, so an attention tile of one head is one contiguous read, and a TMA box
-//! one burst), allocated once (sized by the page
-//! table's `max_pages`). The page table of the current frame step lives in one small device buffer
+//! page are contiguous, so an attention tile of one head is one contiguous read), allocated once
+//! (sized by the page table's `max_pages`). The page table of the current frame step lives in one small device buffer
 //! of u32, shared by all layers and refreshed by exactly one host-to-device copy per step:
 //!
 //! ```text
@@ -17,6 +16,9 @@ use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::arena::DevPtr;
+use super::attention::{
+    AttentionOptions, AttentionWorkspace, PagedKv, RawPagedKv, paged_attention,
+};
 use super::ops::PagedKvDest;
 use super::{CudaDevice, CudaError};
 use crate::kvcache::{PageTable, StepPlan};
@@ -345,10 +347,10 @@ impl DeviceKvCache {
     }
 
     /// The table and pool of `layer` as raw addresses (the GPU model's graph-capturable form).
-    pub fn raw_keys(&self, layer: usize) -> Result<super::attention::RawPagedKv, CudaError> {
+    pub fn raw_keys(&self, layer: usize) -> Result<RawPagedKv, CudaError> {
         let g = self.geometry;
         let table = DevPtr::of(&self.table);
-        Ok(super::attention::RawPagedKv {
+        Ok(RawPagedKv {
             pool: DevPtr::of(self.pool(layer)?),
             page_size: g.page_size as u32,
             indices: table.slice(HEADER, g.max_pages)?,
@@ -434,7 +436,7 @@ impl DeviceKvCache {
         dense: DevPtr<bf16>,
         capacity: usize,
         dense_table: DevPtr<u32>,
-    ) -> Result<super::attention::RawPagedKv, CudaError> {
+    ) -> Result<RawPagedKv, CudaError> {
         let g = self.geometry;
         let row = g.heads * g.head_dim;
         dense.check_len(2 * capacity * row, "dense K/V buffer")?;
@@ -479,7 +481,7 @@ impl DeviceKvCache {
         // SAFETY: arguments match kv_gather_dense; the buffer holds `capacity` tokens of K
         // and of V (checked) and the kernel skips pages past it.
         unsafe { b.launch(cfg) }?;
-        Ok(super::attention::RawPagedKv {
+        Ok(RawPagedKv {
             pool: dense,
             page_size: capacity as u32,
             indices: dense_table.slice(1, 1)?,
@@ -506,5 +508,97 @@ impl DeviceKvCache {
             idx[..self.n_pages].to_vec(),
             cum[..self.n_pages + 1].to_vec(),
         ))
+    }
+}
+
+/// Paged attention over `layer` of a [`DeviceKvCache`] with the page table of its last upload.
+#[allow(clippy::too_many_arguments)]
+pub fn cache_attention(
+    dev: &CudaDevice,
+    cache: &DeviceKvCache,
+    layer: usize,
+    q: &CudaSlice<bf16>,
+    out: &mut CudaSlice<bf16>,
+    lq: usize,
+    opts: AttentionOptions,
+    ws: &mut AttentionWorkspace,
+) -> Result<usize, CudaError> {
+    let g = cache.geometry();
+    let kv = PagedKv {
+        pool: cache.pool(layer)?.as_view(),
+        page_size: g.page_size as u32,
+        indices: cache.indices(),
+        cum: cache.cum(),
+        n_pages: cache.n_pages_on_device(),
+        kv_len: cache.kv_len(),
+    };
+    paged_attention(dev, q, out, &kv, lq, g.heads, opts, ws)
+}
+
+/// The dense baseline: at every call the visible keys are concatenated into one contiguous
+/// `[K|V][heads][kv_len][64]` buffer (one gather kernel, like `torch.cat` of the per-frame
+/// tensors), then attended as a single page.
+pub struct DenseBaseline {
+    /// `[K|V][heads][capacity][64]`: the contiguous buffer as one page of `capacity` slots.
+    buf: CudaSlice<bf16>,
+    capacity: usize,
+    /// `[n_pages 1][index 0][cum 0, kv_len]`, written by the gather on the device.
+    table: CudaSlice<u32>,
+    /// Visible keys of the last concatenation (sizes the key splits).
+    kv_len: u32,
+}
+
+impl DenseBaseline {
+    pub fn new(dev: &CudaDevice, max_tokens: usize, heads: usize) -> Result<Self, CudaError> {
+        Ok(Self {
+            buf: dev
+                .stream
+                .alloc_zeros::<bf16>((2 * max_tokens * heads * HEAD_DIM).max(1))?,
+            capacity: max_tokens,
+            table: dev.stream.alloc_zeros::<u32>(4)?,
+            kv_len: 0,
+        })
+    }
+
+    /// Concatenates `layer`'s visible keys into the contiguous buffer (the same gather the GPU
+    /// model's dense layout runs inside its graph).
+    pub fn concat(
+        &mut self,
+        dev: &CudaDevice,
+        cache: &DeviceKvCache,
+        layer: usize,
+    ) -> Result<(), CudaError> {
+        cache.gather_dense_raw(
+            dev,
+            layer,
+            DevPtr::of(&self.buf),
+            self.capacity,
+            DevPtr::of(&self.table),
+        )?;
+        self.kv_len = cache.kv_len();
+        Ok(())
+    }
+
+    /// Attention over the concatenated buffer (call [`Self::concat`] first).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attend(
+        &self,
+        dev: &CudaDevice,
+        heads: usize,
+        q: &CudaSlice<bf16>,
+        out: &mut CudaSlice<bf16>,
+        lq: usize,
+        opts: AttentionOptions,
+        ws: &mut AttentionWorkspace,
+    ) -> Result<usize, CudaError> {
+        let kv = PagedKv {
+            pool: self.buf.as_view(),
+            page_size: self.capacity as u32,
+            indices: self.table.slice(1..2),
+            cum: self.table.slice(2..4),
+            n_pages: self.table.slice(0..1),
+            kv_len: self.kv_len,
+        };
+        paged_attention(dev, q, out, &kv, lq, heads, opts, ws)
     }
 }

@@ -3,9 +3,12 @@
 //!
 //! - [`device`]: probing, the context and its stream, launch helpers.
 //! - [`registry`]: `kernels/*.cu`, as CUBIN built by build.rs or compiled by [`nvrtc`] at run time.
-//! - [`kv`]: the paged K/V pools and the device page table, driven by the host's page plan.
-//! - [`attention`]: the paged attention kernel, split-KV, and the dense (concatenating) baseline.
+//! - [`attention`]: the attention kernels, split-KV, and the views of the keys they read.
+//! - [`kv`]: the paged K/V pools and the device page table, driven by the host's page plan;
+//!   attention over a cache layer and the dense (concatenating) baseline. It depends on
+//!   [`attention`], never the other way.
 //! - [`small_m`]: the linear layer for a few rows (the camera head's products).
+//! - [`storage`]: the model's weight tree on the device (`GctModel<Device>`) and its placement.
 
 pub mod arena;
 pub mod attention;
@@ -19,11 +22,8 @@ pub mod ops;
 pub mod registry;
 pub mod small_m;
 pub mod storage;
-pub mod tma;
 
-pub use attention::{
-    AttentionKernel, AttentionOptions, AttentionWorkspace, DenseBaseline, choose_splits,
-};
+pub use attention::{AttentionKernel, AttentionOptions, AttentionWorkspace, choose_splits};
 pub use device::{CudaDevice, DeviceInfo, probe};
 pub use error::CudaError;
-pub use kv::{DeviceKvCache, KvGeometry, PageTableUpload};
+pub use kv::{DenseBaseline, DeviceKvCache, KvGeometry, PageTableUpload};

@@ -1,6 +1,6 @@
 //! Run-time compilation of `kernels/*.cu` with NVRTC, straight to CUBIN for the GPU's
-//! architecture, cached on disk keyed by a hash of (source, architecture, options, NVRTC version),
-//! so a kernel is compiled once per machine and not at every start.
+//! architecture, cached on disk keyed by a hash of (source, headers, architecture, options, NVRTC
+//! version), so a kernel is compiled once per machine and not at every start.
 
 use std::ffi::{CString, c_char, c_int};
 use std::path::PathBuf;
@@ -8,6 +8,19 @@ use std::path::PathBuf;
 use cudarc::nvrtc::{result, sys};
 
 use super::CudaError;
+use crate::model::spec;
+
+/// The headers every kernel file may include, by the name it includes them with: the shared
+/// helpers, and the model's constants rendered as build.rs renders them for nvcc.
+fn headers() -> [(&'static str, String); 2] {
+    [
+        (
+            "common.cuh",
+            include_str!("../../../kernels/common.cuh").to_owned(),
+        ),
+        ("spec.cuh", spec::cuda_header()),
+    ]
+}
 
 /// Options every kernel is compiled with (also part of the cache key).
 const OPTIONS: &[&str] = &["-std=c++17", "-default-device"];
@@ -43,7 +56,32 @@ pub fn compile_cubin(name: &str, source: &str, target: &str) -> Result<Vec<u8>, 
     };
     let src = CString::new(source).map_err(|_| fail("source contains a NUL byte".into()))?;
     let file = CString::new(format!("{name}.cu")).map_err(|_| fail("bad name".into()))?;
-    let prog = result::create_program(&src, Some(&file)).map_err(|e| fail(format!("{e:?}")))?;
+    let mut texts = Vec::new();
+    let mut names = Vec::new();
+    for (include, text) in headers() {
+        texts.push(CString::new(text).map_err(|_| fail(format!("{include} contains a NUL byte")))?);
+        names.push(CString::new(include).map_err(|_| fail("bad header name".into()))?);
+    }
+    let text_ptrs: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr()).collect();
+    let name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+    let mut prog = std::mem::MaybeUninit::<sys::nvrtcProgram>::uninit();
+    // cudarc's result::create_program passes no headers, so the program is created here.
+    // SAFETY: every pointer refers to a NUL-terminated string alive until after the call (NVRTC
+    // copies them); the two arrays have the length passed; `prog` is written on success only.
+    let rc = unsafe {
+        sys::nvrtcCreateProgram(
+            prog.as_mut_ptr(),
+            src.as_ptr(),
+            file.as_ptr(),
+            text_ptrs.len() as c_int,
+            text_ptrs.as_ptr(),
+            name_ptrs.as_ptr(),
+        )
+    };
+    rc.result()
+        .map_err(|e| fail(format!("nvrtcCreateProgram: {e:?}")))?;
+    // SAFETY: nvrtcCreateProgram succeeded, so it wrote the handle.
+    let prog = unsafe { prog.assume_init() };
     let mut options: Vec<String> = OPTIONS.iter().map(|s| s.to_string()).collect();
     options.push(format!("--gpu-architecture={target}"));
     // SAFETY: `prog` is live until destroy_program below; the options outlive the call.
@@ -58,7 +96,8 @@ pub fn compile_cubin(name: &str, source: &str, target: &str) -> Result<Vec<u8>, 
             Err(fail(format!("{e:?}\n{log}")))
         }
     };
-    // SAFETY: created above, destroyed once.
+    // SAFETY: created above, destroyed once. Ignored: the CUBIN (or the error) is already in
+    // hand, and a failed destroy can only leak the program's host memory.
     let _ = unsafe { result::destroy_program(prog) };
     outcome
 }
@@ -94,9 +133,12 @@ fn c_chars_to_string(raw: &[c_char]) -> String {
 /// never fatal.
 pub fn compile_cached(name: &str, source: &str, target: &str) -> Result<Vec<u8>, CudaError> {
     let (major, minor) = version()?;
+    let headers = headers();
     let key = fnv1a64(
         [
             source.as_bytes(),
+            headers[0].1.as_bytes(),
+            headers[1].1.as_bytes(),
             target.as_bytes(),
             OPTIONS.join(" ").as_bytes(),
             &major.to_le_bytes(),
@@ -119,7 +161,11 @@ pub fn compile_cached(name: &str, source: &str, target: &str) -> Result<Vec<u8>,
             .is_some_and(|d| std::fs::create_dir_all(d).is_ok())
             && std::fs::write(&tmp, &cubin).is_ok()
         {
-            let _ = std::fs::rename(&tmp, p);
+            // The cache is optional (module doc): a failed rename costs a compile next time, and
+            // the stray temporary is removed, best effort for the same reason.
+            if std::fs::rename(&tmp, p).is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
         }
     }
     Ok(cubin)

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
+use super::attention::AttentionKernel;
 use super::{CudaError, nvrtc};
 
 mod prebuilt {
@@ -18,12 +19,23 @@ pub struct KernelSource {
     /// File stem in `kernels/`.
     pub name: &'static str,
     pub source: &'static str,
+    /// Entry points other than the attention kernels (those are named in the attention table:
+    /// read [`Self::entry_points`]).
     pub functions: &'static [&'static str],
     /// Uses sm_90a-only instructions (wgmma): built for Hopper alone, as `sm_90a`.
     pub hopper_only: bool,
 }
 
 impl KernelSource {
+    /// Every entry point this file defines: its listed functions, then the attention kernels the
+    /// attention table places in it.
+    pub fn entry_points(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.functions
+            .iter()
+            .copied()
+            .chain(AttentionKernel::entries_in(self.name))
+    }
+
     /// The NVRTC/nvcc target for a GPU of compute capability `arch`, or None when this source
     /// does not apply to it.
     pub fn target(&self, arch: u32) -> Option<String> {
@@ -40,14 +52,8 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "paged_attention",
         source: include_str!("../../../kernels/paged_attention.cu"),
-        functions: &["paged_attention_fwd", "attention_combine"],
+        functions: &["attention_combine"],
         hopper_only: false,
-    },
-    KernelSource {
-        name: "paged_attention_sm90",
-        source: include_str!("../../../kernels/paged_attention_sm90.cu"),
-        functions: &["paged_attention_fwd_sm90_wide"],
-        hopper_only: true,
     },
     KernelSource {
         name: "kv_cache",
@@ -126,24 +132,7 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "paged_attention_sm90_ws",
         source: include_str!("../../../kernels/paged_attention_sm90_ws.cu"),
-        functions: &[
-            "paged_attention_fwd_sm90_ws",
-            "paged_attention_fwd_sm90_ws_serial",
-            "paged_attention_fwd_sm90_ws_free",
-            "paged_attention_fwd_sm90_ws_regs",
-            "paged_attention_fwd_sm90_ws_lag3",
-            "paged_attention_fwd_sm90_ws_noinc",
-            "paged_attention_fwd_sm90_ws_n192",
-            "paged_attention_fwd_sm90_ws_n192_noinc",
-            "paged_attention_fwd_sm90_ws_nocopy",
-            "paged_attention_fwd_sm90_ws_m192",
-            "paged_attention_fwd_sm90_ws_m192t",
-            "paged_attention_fwd_sm90_ws_n192_tma",
-            "paged_attention_fwd_sm90_ws_m192_tma",
-            "paged_attention_fwd_sm90_ws_m192t_tma",
-            "paged_attention_fwd_sm90_ws_m192_nocopy",
-            "paged_attention_fwd_sm90_ws_m192t_nocopy",
-        ],
+        functions: &[],
         hopper_only: true,
     },
 ];
@@ -191,8 +180,8 @@ impl KernelRegistry {
                 ),
             };
             let module = ctx.load_module(Ptx::from_binary(cubin))?;
-            for f in src.functions {
-                functions.insert(*f, module.load_function(f)?);
+            for f in src.entry_points() {
+                functions.insert(f, module.load_function(f)?);
             }
             origins.push((src.name, origin));
             modules.push(module);
