@@ -64,7 +64,9 @@ impl DevicePlacement {
     }
 
     fn bf16(&mut self, values: &[f32]) -> Result<CudaSlice<bf16>, CudaError> {
-        let converted: Vec<bf16> = values.iter().map(|&v| bf16::from_f32(v)).collect();
+        use rayon::prelude::*;
+        // In parallel: a billion parameters pass through here at startup.
+        let converted: Vec<bf16> = values.par_iter().map(|&v| bf16::from_f32(v)).collect();
         self.bytes += 2 * converted.len();
         Ok(self.stream.clone_htod(&converted)?)
     }

@@ -30,29 +30,49 @@ pub struct RawTensor {
     pub data: Vec<f32>,
 }
 
-/// Convert little-endian storage bytes to f32.
+/// Convert little-endian storage bytes to f32; large tensors in parallel chunks (a checkpoint of
+/// a billion parameters is mostly this).
 pub(crate) fn decode_elements(bytes: &[u8], dtype: StorageDtype) -> Vec<f32> {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 16;
+    let size = dtype.size_bytes();
+    let n = bytes.len() / size;
+    let mut out = vec![0.0f32; n];
+    if n <= CHUNK {
+        decode_into(bytes, dtype, &mut out);
+    } else {
+        out.par_chunks_mut(CHUNK)
+            .zip(bytes[..n * size].par_chunks(CHUNK * size))
+            .for_each(|(dst, src)| decode_into(src, dtype, dst));
+    }
+    out
+}
+
+/// Decode `dst.len()` elements of `bytes` into `dst`.
+fn decode_into(bytes: &[u8], dtype: StorageDtype, dst: &mut [f32]) {
     match dtype {
-        StorageDtype::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        StorageDtype::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        StorageDtype::BF16 => bytes
-            .chunks_exact(2)
-            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        StorageDtype::F64 => bytes
-            .chunks_exact(8)
-            .map(|c| {
+        StorageDtype::F32 => {
+            for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        StorageDtype::F16 => {
+            for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
+                *d = f16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        StorageDtype::BF16 => {
+            for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(2)) {
+                *d = bf16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        StorageDtype::F64 => {
+            for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(8)) {
                 let mut a = [0u8; 8];
                 a.copy_from_slice(c);
-                f64::from_le_bytes(a) as f32
-            })
-            .collect(),
+                *d = f64::from_le_bytes(a) as f32;
+            }
+        }
     }
 }
 
@@ -62,7 +82,7 @@ enum Backing {
     Memory(HashMap<String, Vec<f32>>),
     /// A safetensors file, read one tensor at a time.
     Safetensors {
-        file: std::fs::File,
+        mmap: memmap2::Mmap,
         entries: HashMap<String, safetensors_file::SafetensorsEntry>,
     },
     /// A PyTorch zip checkpoint, one storage record at a time.
@@ -133,7 +153,7 @@ impl WeightStore {
                 entries.insert(name, entry);
             }
             Backing::Safetensors {
-                file: index.file,
+                mmap: index.mmap,
                 entries,
             }
         };
@@ -216,10 +236,9 @@ impl WeightStore {
         };
         match &mut self.backing {
             Backing::Memory(values) => values.get(name).cloned().ok_or_else(missing),
-            Backing::Safetensors { file, entries } => {
+            Backing::Safetensors { mmap, entries } => {
                 let entry = entries.get(name).ok_or_else(missing)?;
-                safetensors_file::read_entry(file, entry)
-                    .map_err(|e| ModelError::io(&self.source, e))
+                Ok(safetensors_file::read_entry(mmap, entry))
             }
             Backing::Torch {
                 archive,

@@ -22,14 +22,14 @@ pub(crate) struct SafetensorsEntry {
 /// The tensors of a safetensors file, indexed from its header alone: nothing else of the file is
 /// read until a tensor is asked for, so loading a large checkpoint touches each byte once.
 pub(crate) struct SafetensorsIndex {
-    pub file: File,
+    pub mmap: memmap2::Mmap,
     pub tensors: Vec<(String, Vec<usize>, SafetensorsEntry)>,
 }
 
 pub(crate) fn index_safetensors(path: &Path) -> Result<SafetensorsIndex> {
     let file = File::open(path).map_err(|e| ModelError::io(path, e))?;
-    // SAFETY: the mapping is read-only and only the header is read through it (its checks need
-    // the whole length); it is dropped before this function returns.
+    // SAFETY: the mapping is read-only; a file truncated by another process while mapped is
+    // outside what we can defend against (as for any mmap use).
     let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| ModelError::io(path, e))?;
     let (header_len, metadata) = SafeTensors::read_metadata(&mmap)
         .map_err(|e| ModelError::bad_file(path, format!("safetensors header: {e}")))?;
@@ -60,16 +60,29 @@ pub(crate) fn index_safetensors(path: &Path) -> Result<SafetensorsIndex> {
             },
         ));
     }
-    drop(mmap);
-    Ok(SafetensorsIndex { file, tensors })
+    Ok(SafetensorsIndex { mmap, tensors })
 }
 
-/// One tensor's values as f32, read from the file with one positioned read.
-pub(crate) fn read_entry(file: &File, entry: &SafetensorsEntry) -> std::io::Result<Vec<f32>> {
-    use std::os::unix::fs::FileExt;
-    let mut bytes = vec![0u8; entry.len];
-    file.read_exact_at(&mut bytes, entry.start)?;
-    Ok(decode_elements(&bytes, entry.dtype))
+/// One tensor's values as f32, decoded straight from the mapping. Its pages are then dropped
+/// from this process (they stay in the page cache), so a model read tensor by tensor never holds
+/// more of the file than one tensor.
+pub(crate) fn read_entry(mmap: &memmap2::Mmap, entry: &SafetensorsEntry) -> Vec<f32> {
+    let start = entry.start as usize;
+    let values = decode_elements(&mmap[start..start + entry.len], entry.dtype);
+    // Whole pages inside the tensor only: a page shared with a neighbour stays mapped.
+    const PAGE: usize = 4096;
+    let first = start.next_multiple_of(PAGE);
+    let end = (start + entry.len) / PAGE * PAGE;
+    if end > first {
+        // SAFETY: the mapping is read-only and file-backed, so dropping its pages loses nothing
+        // (a later read faults them in from the file again), and no slice into the range is
+        // alive: the decode above finished. A failure only leaves the pages mapped, so it is
+        // ignored.
+        let _ = unsafe {
+            mmap.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)
+        };
+    }
+    values
 }
 
 /// A tensor's name, shape and values widened to f64.
