@@ -7,6 +7,7 @@ pub mod attention;
 pub mod backend;
 pub mod capture;
 pub mod cli;
+pub mod frame;
 pub mod gpu_model;
 pub mod kvcache;
 pub mod model;

@@ -12,10 +12,11 @@ use streamrecon::capture::{
     CaptureError, CapturedFrame, CorruptFilePolicy, ImageFolder, Source, SyntheticScene,
     SyntheticSource,
 };
+use streamrecon::frame::{FrameResult, FrameType};
 use streamrecon::model::{GctModel, ModelConfig};
 use streamrecon::pipeline::{
-    Control, CpuFrameModel, Delivery, FrameModel, FrameResult, FrameType, KeyframePolicy,
-    KeyframeRule, OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary,
+    Control, CpuFrameModel, Delivery, FrameModel, KeyframePolicy, KeyframeRule, OnBudget, Outputs,
+    Pipeline, PipelineConfig, PipelineEvent, PipelineSummary,
 };
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/gct-tiny");

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use streamrecon::capture::{SyntheticScene, SyntheticSource};
+use streamrecon::frame::FrameResult;
 use streamrecon::model::{GctModel, ModelConfig};
 use streamrecon::pipeline::{
-    Control, CpuFrameModel, Delivery, FrameResult, Outputs, Pipeline, PipelineConfig, PipelineEvent,
+    Control, CpuFrameModel, Delivery, Outputs, Pipeline, PipelineConfig, PipelineEvent,
 };
 use streamrecon::record::{Parts, Recorder, RecorderOptions, SessionReader};
 

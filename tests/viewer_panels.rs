@@ -11,7 +11,7 @@ use eframe::egui;
 use egui_kittest::kittest::{NodeT as _, Queryable as _};
 use egui_kittest::wgpu::{WgpuTestRenderer, create_render_state, default_wgpu_setup};
 use egui_kittest::{Harness, SnapshotOptions};
-use streamrecon::pipeline::FrameResult;
+use streamrecon::frame::FrameResult;
 use streamrecon::viewer::ViewerControl;
 use streamrecon::viewer::chunks::GpuPoint;
 use streamrecon::viewer::cloud_view::CloudView;

@@ -12,7 +12,7 @@ pub mod webcam;
 
 use std::time::{Duration, Instant};
 
-use crate::pipeline::RgbImage;
+use crate::frame::RgbImage;
 
 pub use error::CaptureError;
 pub use folder::{CorruptFilePolicy, ImageFolder};

@@ -14,7 +14,7 @@ use glam::{Mat3, Mat4, Vec3};
 
 use super::error::CaptureError;
 use super::{CapturedFrame, Source, ms_since};
-use crate::pipeline::{Intrinsics, RgbImage};
+use crate::frame::{Intrinsics, RgbImage};
 
 /// Half extents of the room in metres: it spans `[-x, x] × [-y, y] × [-z, z]`.
 pub const ROOM_HALF_EXTENTS: Vec3 = Vec3::new(3.0, 1.5, 4.0);

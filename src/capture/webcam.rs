@@ -18,7 +18,7 @@ use nokhwa::utils::{
 
 use super::error::CaptureError;
 use super::{CapturedFrame, Source, ms_since};
-use crate::pipeline::RgbImage;
+use crate::frame::RgbImage;
 
 /// Which camera: its index as the backend numbers them, or (part of) its name.
 #[derive(Debug, Clone, PartialEq, Eq)]

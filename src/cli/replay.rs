@@ -10,8 +10,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
 
+use crate::frame::FrameResult;
 use crate::kvcache::CacheEvent;
-use crate::pipeline::FrameResult;
 use crate::record::{Parts, Player, ReplayOptions};
 use crate::viewer::panels::TimelineState;
 use crate::viewer::{ExitPlan, ViewerControl, ViewerEvent, ViewerOptions, run_viewer};

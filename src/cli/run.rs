@@ -19,9 +19,10 @@ use crate::capture::{
     CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene, SyntheticSource, Webcam,
     list_cameras,
 };
+use crate::frame::FrameResult;
 use crate::pipeline::{
-    Control, Delivery, FrameModel, FrameResult, KeyframeScheduler, Outputs, Pipeline,
-    PipelineConfig, PipelineEvent, PipelineSummary, PointFilter,
+    Control, Delivery, FrameModel, KeyframeScheduler, Outputs, Pipeline, PipelineConfig,
+    PipelineEvent, PipelineSummary, PointFilter,
 };
 use crate::record::{Offer, Recorder, RecorderOptions};
 

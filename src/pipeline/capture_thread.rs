@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
 use crate::capture::{CapturedFrame, Source};
 use crate::model::preprocess::{PreprocessConfig, preprocess_rgb8};
 
-use super::result::RgbImage;
+use crate::frame::RgbImage;
 
 /// A preprocessed frame on its way to inference.
 #[derive(Debug)]

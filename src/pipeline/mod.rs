@@ -33,9 +33,6 @@ pub use error::PipelineError;
 pub use frame::PointFilter;
 pub use keyframe::{KeyframePolicy, KeyframeRule, KeyframeScheduler, OnBudget};
 pub use model::{CpuFrameModel, FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions};
-pub use result::{
-    CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage, StageTime,
-};
 pub use summary::PipelineSummary;
 
 use capture_thread::{CaptureCounters, CaptureLoop};

@@ -5,7 +5,7 @@ use glam::Mat4;
 use half::f16;
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::{FramePoints, FrameType, Intrinsics, RgbImage, StageTime};
+use crate::frame::{FramePoints, FrameType, Intrinsics, RgbImage, StageTime};
 
 /// Appends little-endian fields to a buffer.
 #[derive(Debug, Default)]

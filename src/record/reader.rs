@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use glam::Mat4;
 
-use crate::pipeline::{CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage};
+use crate::frame::{CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage};
 use crate::record::RecordError;
 use crate::record::cache_codec::CacheRecord;
 use crate::record::codec::{self, Notice, PoseRecord};

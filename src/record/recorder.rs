@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
-use crate::pipeline::FrameResult;
+use crate::frame::FrameResult;
 use crate::record::RecordError;
 use crate::record::codec::Notice;
 use crate::record::writer::{DEFAULT_JPEG_QUALITY, SessionWriter};

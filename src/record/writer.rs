@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::pipeline::FrameResult;
+use crate::frame::FrameResult;
 use crate::record::RecordError;
 use crate::record::cache_codec::CacheRecord;
 use crate::record::codec::{self, IndexEntry, NO_FRAME, Notice, PoseRecord};

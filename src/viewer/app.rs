@@ -14,8 +14,9 @@ use super::control::{ViewerControl, ViewerEvent};
 use super::fps::FpsMeter;
 use super::history::StreamHistory;
 use super::panels::{self, ControlState, InputThumbnails, TimelineState};
+use crate::frame::FrameResult;
 use crate::kvcache::CacheEvent;
-use crate::pipeline::{FrameResult, KeyframeRule};
+use crate::pipeline::KeyframeRule;
 use crate::record::RecorderStatus;
 
 /// Results ingested per repaint at most, so a burst from a file source cannot stall the UI.

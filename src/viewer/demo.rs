@@ -4,10 +4,10 @@
 
 use glam::{Mat4, Quat, Vec3};
 
-use crate::kvcache::{CacheConfig, CacheEvent, PageTable, StepKind};
-use crate::pipeline::{
+use crate::frame::{
     CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage, StageTime,
 };
+use crate::kvcache::{CacheConfig, CacheEvent, PageTable, StepKind};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DemoConfig {
