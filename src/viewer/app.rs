@@ -33,6 +33,8 @@ pub enum ViewerError {
     Window(String),
     #[error("could not save the screenshot to {path}: {reason}")]
     Screenshot { path: PathBuf, reason: String },
+    #[error("starting the {0} thread: {1}")]
+    Spawn(&'static str, #[source] std::io::Error),
 }
 
 /// When to take a screenshot and close on its own (headless checks).
