@@ -181,8 +181,16 @@ impl Pipeline {
     /// Ask to stop and wait for both threads. Lossless consumers must keep reading (or be
     /// dropped) until then, or inference waits on them.
     pub fn stop_and_join(mut self) {
-        let _ = self.control.send(Control::Stop);
+        self.ask_to_stop();
         self.join_threads();
+    }
+
+    /// Sends `Stop`. It fails only when the inference thread has stopped already, which is
+    /// what was asked.
+    fn ask_to_stop(&self) {
+        if !self.send(Control::Stop) {
+            tracing::trace!("the inference thread had stopped already");
+        }
     }
 
     /// Wait for the threads without asking them to stop (after a `Stop` sent elsewhere).
@@ -201,6 +209,6 @@ impl Pipeline {
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
-        let _ = self.control.send(Control::Stop);
+        self.ask_to_stop();
     }
 }

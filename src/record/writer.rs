@@ -79,10 +79,10 @@ impl<W: Write> SessionWriter<W> {
     /// leaves no trace.
     pub fn write_frame(&mut self, r: &FrameResult, t_s: f64) -> Result<(), RecordError> {
         let frame = r.frame;
-        let encode_err = |what: String| RecordError::Encode {
+        let encode_err = |what: codec::CodecError| RecordError::Encode {
             path: self.path.clone(),
             frame,
-            what,
+            what: what.to_string(),
         };
         let mut parts: Vec<(RecordKind, Vec<u8>)> = Vec::with_capacity(9);
         parts.push((
