@@ -279,7 +279,9 @@ fn a_camera_that_does_not_exist_is_a_clear_error() {
             resolution: Some((640, 480)),
             fps: Some(30),
         });
-        let _ = tx.send(opened.err().map(|e| (e.to_string(), e)));
+        if tx.send(opened.err().map(|e| (e.to_string(), e))).is_err() {
+            eprintln!("the camera answered after the test stopped waiting (it has failed already)");
+        }
     });
     let (message, err) = rx
         .recv_timeout(Duration::from_secs(20))

@@ -1,4 +1,4 @@
-//! The `streamrecon` binary: cache-sim output, bad input, and unbuilt subcommands.
+//! The `streamrecon` binary: cache-sim output and bad input.
 
 use std::process::Command;
 
@@ -96,16 +96,4 @@ fn bad_values_are_named_and_exit_nonzero() {
         err.contains("frame 10") && err.contains("special-token pool is full"),
         "{err}"
     );
-}
-
-#[test]
-fn unbuilt_subcommands_say_so() {
-    for cmd in [] {
-        let out = streamrecon(&[cmd]);
-        assert_eq!(out.status.code(), Some(2), "{cmd}");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("not implemented yet"),
-            "{cmd}"
-        );
-    }
 }

@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use streamrecon::record::sample::sample_result;
-use streamrecon::record::{Recorder, RecorderOptions, SESSION_FILE};
+use streamrecon::record::{RecorderOptions, SESSION_FILE, SessionRecorder};
 
 fn streamrecon(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_streamrecon"))
@@ -16,7 +16,8 @@ fn streamrecon(args: &[&str]) -> Output {
 
 fn record(dir: &Path, frames: u64) -> std::path::PathBuf {
     let path = dir.join(SESSION_FILE);
-    let rec = Recorder::create(&path, &serde_json::json!({}), RecorderOptions::default()).unwrap();
+    let rec =
+        SessionRecorder::create(&path, &serde_json::json!({}), RecorderOptions::default()).unwrap();
     for i in 0..frames {
         rec.offer(Arc::new(sample_result(i, 16, 12, 40)));
     }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use glam::{Mat4, Quat, Vec3};
-use streamrecon::pipeline::FrameResult;
+use streamrecon::frame::FrameResult;
 use streamrecon::record::export::{CloudOptions, colmap, gather_cloud, glb, ply, tum};
 use streamrecon::record::sample::sample_result;
 use streamrecon::record::{SessionReader, SessionWriter};

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use proptest::prelude::*;
-use streamrecon::cli::cache_sim::{CacheSimArgs, StepLine, simulate};
+use streamrecon::kvcache::sim::{SimConfig, StepLine, simulate};
 use streamrecon::kvcache::{CacheConfig, PageTable, SpecialPoolFull, StepKind};
 
 const SPECIALS: u64 = 6;
@@ -93,8 +93,8 @@ fn sim_args(
     interval: u64,
     patches: usize,
     page: Option<usize>,
-) -> CacheSimArgs {
-    CacheSimArgs {
+) -> SimConfig {
+    SimConfig {
         frames,
         scale_frames: scale,
         sliding_window: window,
@@ -106,7 +106,6 @@ fn sim_args(
         layers: 2,
         heads: 2,
         head_dim: 4,
-        summary: false,
     }
 }
 

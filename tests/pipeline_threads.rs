@@ -12,10 +12,11 @@ use streamrecon::capture::{
     CaptureError, CapturedFrame, CorruptFilePolicy, ImageFolder, Source, SyntheticScene,
     SyntheticSource,
 };
+use streamrecon::frame::{FrameResult, FrameType};
 use streamrecon::model::{GctModel, ModelConfig};
 use streamrecon::pipeline::{
-    Control, CpuFrameModel, Delivery, FrameModel, FrameResult, FrameType, KeyframePolicy,
-    KeyframeRule, OnBudget, Outputs, Pipeline, PipelineConfig, PipelineEvent, PipelineSummary,
+    Control, CpuFrameModel, Delivery, FrameModel, KeyframePolicy, KeyframeRule, OnBudget, Outputs,
+    Pipeline, PipelineConfig, PipelineEvent, PipelineSummary,
 };
 
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/gct-tiny");
@@ -25,6 +26,14 @@ const COURTHOUSE: &str = concat!(
 );
 /// No test here should come near this; reaching it means a hang.
 const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Sends a control request. A pipeline that has stopped already takes none; what the test
+/// checks is what the pipeline did, in its events.
+fn request(control: &crossbeam_channel::Sender<Control>, c: Control) {
+    if control.send(c).is_err() {
+        eprintln!("the pipeline had stopped before a request");
+    }
+}
 
 fn tiny_model() -> Arc<dyn FrameModel> {
     let dir = Path::new(FIXTURE);
@@ -98,7 +107,7 @@ fn run_to_end(source: Box<dyn Source>, config: PipelineConfig) -> Seen {
     let control = pipeline.control();
     let seen = consume(&events, |e, _| {
         if matches!(e, PipelineEvent::InputEnded | PipelineEvent::Error { .. }) {
-            let _ = control.send(Control::Stop);
+            request(&control, Control::Stop);
         }
     });
     pipeline.join();
@@ -222,7 +231,7 @@ fn files_apply_back_pressure_and_drop_nothing() {
     let control = pipeline.control();
     let seen = consume(&events, |e, _| {
         if matches!(e, PipelineEvent::InputEnded) {
-            let _ = control.send(Control::Stop);
+            request(&control, Control::Stop);
         }
     });
     pipeline.join();
@@ -265,13 +274,15 @@ fn stop_with_frames_in_flight_loses_no_result() {
     let control = pipeline.control();
     let seen = consume(&events, |e, seen| {
         if matches!(e, PipelineEvent::Frame(_)) && seen.results.len() == 4 {
-            let _ = control.send(Control::Stop);
+            request(&control, Control::Stop);
         }
     });
     let (done_tx, done_rx) = crossbeam_channel::bounded(1);
     std::thread::spawn(move || {
         pipeline.join();
-        let _ = done_tx.send(());
+        if done_tx.send(()).is_err() {
+            eprintln!("joined after the test stopped waiting (it has failed already)");
+        }
     });
     done_rx
         .recv_timeout(PATIENCE)
@@ -323,11 +334,11 @@ fn an_unplugged_camera_is_an_error_event_and_the_map_is_kept() {
     let seen = consume(&events, |e, seen| match e {
         // The session is alive after the error: it still answers control requests.
         PipelineEvent::Error { .. } => {
-            let _ = control.send(Control::Pause);
+            request(&control, Control::Pause);
         }
         PipelineEvent::Paused(true) => {
             after_error = seen.errors.len();
-            let _ = control.send(Control::Stop);
+            request(&control, Control::Stop);
         }
         _ => {}
     });
@@ -362,17 +373,21 @@ fn reset_applies_pending_settings_and_starts_a_new_session() {
     let control = pipeline.control();
     let seen = consume(&events, |e, seen| match e {
         PipelineEvent::Frame(_) if seen.results.len() == 3 => {
-            let _ = control.send(Control::SetAttention(
-                streamrecon::attention::AttentionLayout::Dense,
-            ));
-            let _ = control.send(Control::SetKeyframePolicy(KeyframePolicy {
-                rule: KeyframeRule::Fixed { interval: 2 },
-                ..KeyframePolicy::default()
-            }));
-            let _ = control.send(Control::Reset);
+            request(
+                &control,
+                Control::SetAttention(streamrecon::attention::AttentionLayout::Dense),
+            );
+            request(
+                &control,
+                Control::SetKeyframePolicy(KeyframePolicy {
+                    rule: KeyframeRule::Fixed { interval: 2 },
+                    ..KeyframePolicy::default()
+                }),
+            );
+            request(&control, Control::Reset);
         }
         PipelineEvent::InputEnded => {
-            let _ = control.send(Control::Stop);
+            request(&control, Control::Stop);
         }
         _ => {}
     });
@@ -467,7 +482,7 @@ fn pause_holds_back_frames_until_resume() {
     control.send(Control::Resume).unwrap();
     let seen = consume(&events, |e, _| {
         if matches!(e, PipelineEvent::InputEnded) {
-            let _ = control.send(Control::Stop);
+            request(&control, Control::Stop);
         }
     });
     pipeline.join();
@@ -494,7 +509,7 @@ fn a_stalled_viewer_loses_frames_but_not_events_and_never_blocks() {
     let control = pipeline.control();
     let recorded = consume(&recorder, |e, _| {
         if matches!(e, PipelineEvent::InputEnded) {
-            let _ = control.send(Control::Stop);
+            request(&control, Control::Stop);
         }
     });
     pipeline.join();

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use streamrecon::pipeline::FrameResult;
+use streamrecon::frame::FrameResult;
 use streamrecon::record::sample::sample_result;
 use streamrecon::record::{
     IssueKind, Notice, Parts, RecordError, RecordKind, SessionReader, SessionWriter,

@@ -1,16 +1,17 @@
 //! The recorder on the real pipeline (synthetic room, tiny random-weight model on the CPU):
 //! the wiring `run --headless` and the viewer are meant to use. A lossless subscription is
-//! drained by a relay that only calls `Recorder::offer` (which never waits), so inference never
+//! drained by a relay that only calls `SessionRecorder::offer` (which never waits), so inference never
 //! waits on the disk.
 
 use std::sync::Arc;
 
 use streamrecon::capture::{SyntheticScene, SyntheticSource};
+use streamrecon::frame::FrameResult;
 use streamrecon::model::{GctModel, ModelConfig};
 use streamrecon::pipeline::{
-    Control, CpuFrameModel, Delivery, FrameResult, Outputs, Pipeline, PipelineConfig, PipelineEvent,
+    Control, CpuFrameModel, Delivery, Outputs, Pipeline, PipelineConfig, PipelineEvent,
 };
-use streamrecon::record::{Parts, Recorder, RecorderOptions, SessionReader};
+use streamrecon::record::{Parts, RecorderOptions, SessionReader, SessionRecorder};
 
 #[test]
 fn a_pipeline_run_recorded_reads_back_as_it_was_produced() {
@@ -30,7 +31,7 @@ fn a_pipeline_run_recorded_reads_back_as_it_was_produced() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.srec");
     let config = serde_json::json!({ "input": "synthetic", "model": "tiny random" });
-    let recorder = Recorder::create(&path, &config, RecorderOptions::default()).unwrap();
+    let recorder = SessionRecorder::create(&path, &config, RecorderOptions::default()).unwrap();
     let mut produced: Vec<Arc<FrameResult>> = Vec::new();
     for event in events.iter() {
         match event {

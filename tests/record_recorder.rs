@@ -3,13 +3,13 @@
 //! session replays.
 
 use std::io::{self, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use streamrecon::record::sample::sample_result;
 use streamrecon::record::{
-    FlushOnly, Offer, Parts, Player, RecordError, Recorder, RecorderOptions, ReplayOptions,
-    SessionReader,
+    FlushOnly, Offer, Parts, Player, RecordError, RecorderOptions, ReplayOptions, SessionReader,
+    SessionRecorder,
 };
 
 fn config() -> serde_json::Value {
@@ -49,14 +49,32 @@ impl Write for FullAfter {
 }
 
 /// A slow disk.
-struct Slow {
-    buf: SharedBuf,
-    delay: Duration,
+/// Shut, a disk takes no writes: whoever writes waits until it opens.
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+impl Gate {
+    fn set_shut(&self, shut: bool) {
+        *self.0.0.lock().unwrap() = shut;
+        self.0.1.notify_all();
+    }
+    fn wait_open(&self) {
+        let mut shut = self.0.0.lock().unwrap();
+        while *shut {
+            shut = self.0.1.wait(shut).unwrap();
+        }
+    }
 }
 
-impl Write for Slow {
+/// A disk that stalls while its gate is shut.
+struct Stalling {
+    buf: SharedBuf,
+    gate: Gate,
+}
+
+impl Write for Stalling {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        std::thread::sleep(self.delay);
+        self.gate.wait_open();
         self.buf.0.lock().unwrap().extend_from_slice(data);
         Ok(data.len())
     }
@@ -80,7 +98,7 @@ fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
 fn records_to_a_file_and_closes_with_an_index() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.srec");
-    let rec = Recorder::create(&path, &config(), RecorderOptions::default()).unwrap();
+    let rec = SessionRecorder::create(&path, &config(), RecorderOptions::default()).unwrap();
     for i in 0..6 {
         assert_eq!(
             rec.offer(Arc::new(sample_result(i, 16, 12, 30))),
@@ -106,41 +124,42 @@ fn records_to_a_file_and_closes_with_an_index() {
     let t: Vec<f64> = reader.frames().iter().map(|f| f.t_s).collect();
     assert!(t.windows(2).all(|w| w[0] <= w[1]) && t[0] >= 0.0, "{t:?}");
     // An existing file is never overwritten.
-    let again = Recorder::create(&path, &config(), RecorderOptions::default());
+    let again = SessionRecorder::create(&path, &config(), RecorderOptions::default());
     assert!(again.is_err());
 }
 
 #[test]
 fn a_slow_disk_never_blocks_the_producer_and_every_result_is_accounted_for() {
     let buf = SharedBuf::default();
-    let sink = FlushOnly(Slow {
+    let gate = Gate::default();
+    let sink = FlushOnly(Stalling {
         buf: buf.clone(),
-        delay: Duration::from_millis(250),
+        gate: gate.clone(),
     });
     let options = RecorderOptions {
         queue: 2,
         sync_every: Duration::ZERO,
         ..RecorderOptions::default()
     };
-    let rec = Recorder::with_sink(sink, "slow.srec", &config(), options).unwrap();
-    let results: Vec<_> = (0..40)
-        .map(|i| Arc::new(sample_result(i, 8, 6, 5)))
-        .collect();
-    let mut behind = 0;
-    let mut slowest = Duration::ZERO;
-    for r in results {
-        let start = Instant::now();
-        if rec.offer(r) == Offer::FellBehind {
-            behind += 1;
+    let rec = Arc::new(SessionRecorder::with_sink(sink, "slow.srec", &config(), options).unwrap());
+    // The disk stalls from here on: an offer that waited for it would never return.
+    gate.set_shut(true);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let producer = Arc::clone(&rec);
+    std::thread::spawn(move || {
+        let behind = (0..40)
+            .filter(|&i| producer.offer(Arc::new(sample_result(i, 8, 6, 5))) == Offer::FellBehind)
+            .count() as u64;
+        // Given back before the answer, so the test holds the only handle when it hears it.
+        drop(producer);
+        if done_tx.send(behind).is_err() {
+            eprintln!("the offers returned after the test stopped waiting (it has failed)");
         }
-        slowest = slowest.max(start.elapsed());
-    }
-    // Every write to this disk takes 250 ms; an offer that waited for it would show (the
-    // margin is for a loaded machine).
-    assert!(
-        slowest < Duration::from_millis(120),
-        "an offer took {slowest:?}"
-    );
+    });
+    let offered = done_rx.recv_timeout(Duration::from_secs(20));
+    gate.set_shut(false);
+    let behind = offered.expect("every offer returned while the disk stalled");
+    let rec = Arc::into_inner(rec).expect("the producer is done with the recorder");
     assert!(behind > 0, "the queue of 2 never filled");
     assert_eq!(rec.status().results_not_recorded, behind);
     let status = rec.finish();
@@ -187,10 +206,10 @@ fn a_full_disk_stops_recording_with_a_clear_message_and_keeps_the_prefix() {
         sync_every: Duration::ZERO,
         ..RecorderOptions::default()
     };
-    let rec = Recorder::with_sink(sink, "full.srec", &config(), options).unwrap();
+    let rec = SessionRecorder::with_sink(sink, "full.srec", &config(), options).unwrap();
     for i in 0..10 {
         // The producer goes on whatever the recorder says.
-        let _ = rec.offer(Arc::new(sample_result(i, 16, 12, 20)));
+        rec.offer(Arc::new(sample_result(i, 16, 12, 20)));
     }
     let error = wait_for(|| rec.status().error);
     assert!(error.contains("full.srec"), "{error}");
@@ -219,7 +238,7 @@ fn dev_full_is_refused_at_creation() {
         return;
     }
     let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    let err = Recorder::with_sink(
+    let err = SessionRecorder::with_sink(
         io::BufWriter::new(file),
         path,
         &config(),
@@ -237,14 +256,14 @@ fn records_one_session_while_replaying_another() {
     let a = dir.path().join("a.srec");
     let b = dir.path().join("b.srec");
     {
-        let rec = Recorder::create(&a, &config(), RecorderOptions::default()).unwrap();
+        let rec = SessionRecorder::create(&a, &config(), RecorderOptions::default()).unwrap();
         for i in 0..8 {
             rec.offer(Arc::new(sample_result(i, 16, 12, 25)));
         }
         assert_eq!(rec.finish().frames_recorded, 8);
     }
     let source = Arc::new(SessionReader::open(&a).unwrap());
-    let recorder = Recorder::create(&b, &config(), RecorderOptions::default()).unwrap();
+    let recorder = SessionRecorder::create(&b, &config(), RecorderOptions::default()).unwrap();
     let mut player = Player::new(
         source.clone(),
         ReplayOptions {

@@ -34,7 +34,8 @@ fn wait_or_kill(child: &mut Child, limit: Duration, what: &str) {
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if start.elapsed() > limit {
-            let _ = child.kill();
+            // Killing a child that has just exited fails harmlessly; the test fails below.
+            child.kill().ok();
             panic!("{what} hung");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -81,7 +82,8 @@ fn courthouse_with_the_tiny_model_writes_a_session() {
     assert_eq!(summary["frames_dropped"], 0);
     assert_eq!(summary["input_ended"], true);
 
-    // The PLY's vertex count matches its body and the per-frame counts.
+    // The PLY (the one `export --ply` writes) has as many vertices as its body holds and as the
+    // per-frame counts add up to.
     let ply = std::fs::read(session.join("points.ply")).unwrap();
     let end = ply.windows(11).position(|w| w == b"end_header\n").unwrap() + 11;
     let header = text(&ply[..end]);
@@ -94,9 +96,10 @@ fn courthouse_with_the_tiny_model_writes_a_session() {
         .unwrap();
     assert_eq!(
         (ply.len() - end) as u64,
-        count * 19,
-        "x y z f32, rgb u8, confidence f32"
+        count * 23,
+        "x y z f32, rgb u8, confidence f32, frame u32"
     );
+    assert!(header.contains("property uint frame"), "{header}");
     let per_frame: u64 = (0..48)
         .map(|i| {
             let f: serde_json::Value = serde_json::from_slice(
@@ -108,11 +111,17 @@ fn courthouse_with_the_tiny_model_writes_a_session() {
         })
         .sum();
     assert_eq!(per_frame, count);
+    // The TUM trajectory (the one `export --tum` writes): a timestamp in seconds, not a frame
+    // index, first on every line, never going back.
     let trajectory = std::fs::read_to_string(session.join("trajectory.tum")).unwrap();
-    assert_eq!(
-        trajectory.lines().filter(|l| !l.starts_with('#')).count(),
-        48
-    );
+    let stamps: Vec<f64> = trajectory
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(stamps.len(), 48);
+    assert!(stamps.windows(2).all(|w| w[0] <= w[1]), "{stamps:?}");
+    assert!(trajectory.lines().next().unwrap().contains("timestamp"));
 
     // The recorder's session file holds every frame, closed properly.
     let recording = streamrecon::record::SessionReader::open(session.join("session.srec")).unwrap();
@@ -264,8 +273,8 @@ fn keyframe_interval_is_the_fixed_rule_and_excludes_keyframes() {
     assert_eq!(both.status.code(), Some(2), "{}", text(&both.stderr));
 }
 
-/// Ctrl-C (SIGINT) mid-run finishes the session instead of cutting it off: the dump, the
-/// recording's index and summary.json all hold the frames processed before it.
+/// Ctrl-C (SIGINT) mid-run finishes the session instead of cutting it off: the frames' JSON, the
+/// recording's index, summary.json and the exported cloud all hold the frames processed before it.
 #[cfg(unix)]
 #[test]
 fn ctrl_c_finishes_the_session_with_the_frames_so_far() {
@@ -293,7 +302,8 @@ fn ctrl_c_finishes_the_session_with_the_frames_so_far() {
     let start = Instant::now();
     while frames_written() < 3 {
         if start.elapsed() > Duration::from_secs(120) || child.try_wait().unwrap().is_some() {
-            let _ = child.kill();
+            // Killing a child that has just exited fails harmlessly; the test fails below.
+            child.kill().ok();
             panic!("the run never got going: {:?}", child.wait_with_output());
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -319,4 +329,5 @@ fn ctrl_c_finishes_the_session_with_the_frames_so_far() {
     let recording = streamrecon::record::SessionReader::open(session.join("session.srec")).unwrap();
     assert!(recording.indexed(), "{:?}", recording.issues());
     assert_eq!(recording.frames().len() as u64, processed);
+    assert!(session.join("points.ply").exists() && session.join("trajectory.tum").exists());
 }

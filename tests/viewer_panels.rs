@@ -11,7 +11,7 @@ use eframe::egui;
 use egui_kittest::kittest::{NodeT as _, Queryable as _};
 use egui_kittest::wgpu::{WgpuTestRenderer, create_render_state, default_wgpu_setup};
 use egui_kittest::{Harness, SnapshotOptions};
-use streamrecon::pipeline::FrameResult;
+use streamrecon::frame::FrameResult;
 use streamrecon::viewer::ViewerControl;
 use streamrecon::viewer::chunks::GpuPoint;
 use streamrecon::viewer::cloud_view::CloudView;
@@ -37,8 +37,18 @@ fn demo_history(results: &[Arc<FrameResult>]) -> StreamHistory {
     history
 }
 
+/// Why no wgpu render state could be made here: the reason a rendering test skips.
+#[derive(Debug)]
+struct NoAdapter(String);
+
+impl std::fmt::Display for NoAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// A wgpu render state on whatever adapter exists (a software one in CI), or why not.
-fn render_state() -> Result<eframe::egui_wgpu::RenderState, String> {
+fn render_state() -> Result<eframe::egui_wgpu::RenderState, NoAdapter> {
     // kittest panics when no adapter is found; turn that into a skip.
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
@@ -50,10 +60,12 @@ fn render_state() -> Result<eframe::egui_wgpu::RenderState, String> {
     });
     std::panic::set_hook(previous);
     made.map_err(|e| {
-        e.downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "no wgpu adapter".to_string())
+        NoAdapter(
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "no wgpu adapter".to_string()),
+        )
     })
 }
 

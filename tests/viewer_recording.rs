@@ -8,13 +8,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::unbounded;
 use streamrecon::capture::{SyntheticScene, SyntheticSource};
-use streamrecon::cli::view::{RecordingRelay, new_session_path};
 use streamrecon::model::{GctModel, ModelConfig};
 use streamrecon::pipeline::{
     CpuFrameModel, Delivery, Outputs, Pipeline, PipelineConfig, PipelineEvent,
 };
 use streamrecon::record::sample::sample_result;
 use streamrecon::record::{Parts, SessionReader};
+use streamrecon::record::{RecordingRelay, new_session_path};
 
 fn frame(i: u64) -> PipelineEvent {
     PipelineEvent::Frame(Arc::new(sample_result(i, 16, 12, 50)))

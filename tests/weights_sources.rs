@@ -37,8 +37,10 @@ fn serve_one(mut stream: TcpStream, body: &[u8], path_expected: &str) {
     }
     let path = request_line.split_whitespace().nth(1).unwrap_or_default();
     if path != path_expected {
-        let _ = stream
-            .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        reply(
+            &mut stream,
+            &[b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"],
+        );
         return;
     }
     let (start, end) = match range.as_deref().and_then(|r| r.split_once('-')) {
@@ -60,9 +62,19 @@ fn serve_one(mut stream: TcpStream, body: &[u8], path_expected: &str) {
         chunk.len(),
         body.len()
     );
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(chunk);
-    let _ = stream.flush();
+    reply(&mut stream, &[head.as_bytes(), chunk]);
+}
+
+/// Writes a response. A client that hung up early makes the test fail on its side, with a
+/// better message than the server could give.
+fn reply(stream: &mut impl Write, parts: &[&[u8]]) {
+    let sent = parts
+        .iter()
+        .try_for_each(|p| stream.write_all(p))
+        .and_then(|()| stream.flush());
+    if let Err(e) = sent {
+        eprintln!("test server: the client went away: {e}");
+    }
 }
 
 #[test]

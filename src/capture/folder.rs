@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::error::CaptureError;
 use super::{CapturedFrame, Source, ms_since};
-use crate::pipeline::RgbImage;
+use crate::frame::RgbImage;
 
 /// What a file that does not decode does to the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

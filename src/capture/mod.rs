@@ -6,16 +6,18 @@
 
 pub mod error;
 pub mod folder;
+pub mod open;
 pub mod spec;
 pub mod synthetic;
 pub mod webcam;
 
 use std::time::{Duration, Instant};
 
-use crate::pipeline::RgbImage;
+use crate::frame::RgbImage;
 
 pub use error::CaptureError;
 pub use folder::{CorruptFilePolicy, ImageFolder};
+pub use open::{SourceOptions, SyntheticPlay, open_source};
 pub use spec::InputSpec;
 pub use synthetic::{SyntheticScene, SyntheticSource, SyntheticView};
 pub use webcam::{CameraRequest, CameraSelector, Webcam, list_cameras};

@@ -14,7 +14,7 @@ use glam::{Mat3, Mat4, Vec3};
 
 use super::error::CaptureError;
 use super::{CapturedFrame, Source, ms_since};
-use crate::pipeline::{Intrinsics, RgbImage};
+use crate::frame::{Intrinsics, RgbImage};
 
 /// Half extents of the room in metres: it spans `[-x, x] × [-y, y] × [-z, z]`.
 pub const ROOM_HALF_EXTENTS: Vec3 = Vec3::new(3.0, 1.5, 4.0);
@@ -180,7 +180,7 @@ impl SyntheticScene {
             poses.push(serde_json::json!({
                 "image": name,
                 "depth_mm": format!("depth/{name}"),
-                "world_from_camera": world_from_camera_rows(&view.world_from_camera),
+                "world_from_camera": crate::frame::camera::row_major(&view.world_from_camera),
             }));
         }
         let k = self.intrinsics();
@@ -196,11 +196,6 @@ impl SyntheticScene {
         std::fs::write(&path, text).map_err(io(&path))?;
         Ok(())
     }
-}
-
-/// Row-major 4×4.
-pub fn world_from_camera_rows(m: &Mat4) -> [[f32; 4]; 4] {
-    m.transpose().to_cols_array_2d()
 }
 
 /// Distance along `dir` from `origin` (inside the room) to the wall it exits through.

@@ -18,7 +18,7 @@ use nokhwa::utils::{
 
 use super::error::CaptureError;
 use super::{CapturedFrame, Source, ms_since};
-use crate::pipeline::RgbImage;
+use crate::frame::RgbImage;
 
 /// Which camera: its index as the backend numbers them, or (part of) its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,12 +67,21 @@ fn unwind_message(payload: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "the camera backend panicked".to_owned())
 }
 
-/// Run a nokhwa call, turning both its errors and its panics into a message.
-fn guarded<T>(f: impl FnOnce() -> Result<T, nokhwa::NokhwaError>) -> Result<T, String> {
+/// A nokhwa call that failed: its error, or the panic it raised (some backends panic on
+/// devices they do not understand).
+#[derive(Debug, thiserror::Error)]
+enum BackendFailure {
+    #[error("{0}")]
+    Error(#[from] nokhwa::NokhwaError),
+    #[error("panic in nokhwa: {0}")]
+    Panic(String),
+}
+
+/// Runs a nokhwa call, catching its panics as well as its errors.
+fn guarded<T>(f: impl FnOnce() -> Result<T, nokhwa::NokhwaError>) -> Result<T, BackendFailure> {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(payload) => Err(format!("panic in nokhwa: {}", unwind_message(payload))),
+        Ok(result) => Ok(result?),
+        Err(payload) => Err(BackendFailure::Panic(unwind_message(payload))),
     }
 }
 
@@ -127,11 +136,15 @@ impl Webcam {
             .name("webcam".into())
             .spawn(move || match CameraReader::open(&request, thread_device) {
                 Ok(reader) => {
-                    let _ = ready_tx.send(Ok(reader.describe()));
-                    reader.stream(frames_tx);
+                    // Nobody waiting means `open` gave up on the camera: nobody to stream to.
+                    if ready_tx.send(Ok(reader.describe())).is_ok() {
+                        reader.stream(frames_tx);
+                    }
                 }
                 Err(e) => {
-                    let _ = ready_tx.send(Err(e));
+                    if ready_tx.send(Err(e)).is_err() {
+                        tracing::debug!("a camera failed to open after `open` stopped waiting");
+                    }
                 }
             })
             .map_err(|e| CaptureError::Camera {
@@ -224,7 +237,7 @@ impl CameraReader {
                         start: Instant::now(),
                     });
                 }
-                Err(reason) => last_reason = reason,
+                Err(reason) => last_reason = reason.to_string(),
             }
         }
         Err(CaptureError::Camera {
@@ -264,7 +277,7 @@ impl CameraReader {
         let camera = &mut self.camera;
         let buffer = guarded(|| camera.frame()).map_err(|reason| CaptureError::Disconnected {
             device: self.device.clone(),
-            reason,
+            reason: reason.to_string(),
         })?;
         let capture_ms = ms_since(clock);
         let clock = Instant::now();

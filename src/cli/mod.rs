@@ -1,5 +1,6 @@
-//! Subcommand implementations. `main.rs` parses; these run. Each returns `anyhow::Result` because
-//! this is the edge of the program where errors become messages for a person.
+//! Subcommands: each parses its arguments into the library's configuration, calls the library
+//! and prints what it returns. Each returns `anyhow::Result` because this is the edge of the
+//! program where errors become messages for a person.
 
 pub mod backend_choice;
 pub mod bench;
@@ -10,31 +11,13 @@ pub mod model_source;
 pub mod parity;
 pub mod replay;
 pub mod run;
+mod run_output;
 pub mod stream_args;
 pub mod view;
 
-/// An error with its causes on one line, for a person: what `{:#}` prints, without repeats.
-/// Many errors (ours and other crates') end their own message with their cause and also return
-/// it from `source()`, so `{:#}` would say it twice (`x: No such file: No such file`); a cause
-/// the line already ends with is left out.
+/// An error with its causes on one line, for a person (see [`crate::error_chain::one_line`]).
 pub fn error_text(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let part = cause.to_string();
-        if part.is_empty() || text.ends_with(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
-    }
-    text
-}
-
-/// What a subcommand that a later piece of work fills in says, so it never pretends to work.
-pub fn not_yet(command: &str, what: &str) -> anyhow::Result<()> {
-    anyhow::bail!("`streamrecon {command}` is not implemented yet: {what}. Nothing was done.")
+    crate::error_chain::one_line(err.as_ref())
 }
 
 #[cfg(test)]

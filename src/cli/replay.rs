@@ -4,20 +4,17 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded, unbounded};
 
+use crate::frame::FrameResult;
 use crate::kvcache::CacheEvent;
-use crate::pipeline::FrameResult;
 use crate::record::{Parts, Player, ReplayOptions};
+use crate::viewer::feed::ReplayFeed;
 use crate::viewer::panels::TimelineState;
-use crate::viewer::{ExitPlan, ViewerControl, ViewerEvent, ViewerOptions, run_viewer};
-
-/// Results queued for the window; replay waits for it (nothing is live, nothing is lost).
-const VIEWER_QUEUE: usize = 8;
+use crate::viewer::{ExitPlan, ViewerOptions};
 
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
@@ -147,8 +144,6 @@ pub fn summary_line(r: &FrameResult) -> String {
 }
 
 fn window(player: Player, args: &ReplayArgs) -> anyhow::Result<()> {
-    let (events_tx, events_rx) = bounded::<ViewerEvent>(VIEWER_QUEUE);
-    let (control_tx, control_rx) = unbounded::<ViewerControl>();
     let reader = player.reader();
     let mut notices: Vec<String> = Vec::new();
     if !reader.issues().is_empty() {
@@ -186,11 +181,10 @@ fn window(player: Player, args: &ReplayArgs) -> anyhow::Result<()> {
         frame: first_frame.min(last_frame),
         speed: args.speed.unwrap_or(1.0),
     };
-    let repeat = args.repeat;
-    std::thread::Builder::new()
-        .name("replay-feed".into())
-        .spawn(move || feed(player, &events_tx, &control_rx, repeat))
-        .context("starting the replay thread")?;
+    let feed = Box::new(ReplayFeed {
+        player,
+        repeat: args.repeat,
+    });
     let options = ViewerOptions {
         source_label: label,
         notices,
@@ -202,7 +196,9 @@ fn window(player: Player, args: &ReplayArgs) -> anyhow::Result<()> {
         timeline: Some(timeline),
         ..ViewerOptions::default()
     };
-    let report = run_viewer(events_rx, Some(control_tx), options).context("running the viewer")?;
+    let report = crate::viewer::show(feed, options)
+        .context("running the viewer")?
+        .report;
     eprintln!(
         "viewer: {} frames replayed, {} repaints in {:.1} s",
         report.frames_processed, report.repaints, report.seconds
@@ -219,288 +215,4 @@ fn window(player: Player, args: &ReplayArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The window has closed.
-#[derive(Debug, PartialEq, Eq)]
-struct ViewerGone;
-
-/// Carries out one of the window's controls; `Ok(true)` when the player moved back, so the
-/// end of the input is to be announced again.
-fn apply_control(
-    player: &mut Player,
-    control: ViewerControl,
-    viewer: &Sender<ViewerEvent>,
-) -> Result<bool, ViewerGone> {
-    let send = |event: ViewerEvent| viewer.send(event).map_err(|_| ViewerGone);
-    let now = Instant::now();
-    match control {
-        ViewerControl::Pause(true) => {
-            player.pause(now);
-            send(ViewerEvent::Paused(true))?;
-        }
-        ViewerControl::Pause(false) => {
-            player.resume(now);
-            send(ViewerEvent::Paused(false))?;
-        }
-        ViewerControl::Reset => {
-            player.restart(now);
-            send(ViewerEvent::SessionReset(
-                "replay restarted from the first frame".into(),
-            ))?;
-            return Ok(true);
-        }
-        ViewerControl::Speed(speed) => {
-            // Anything not a positive factor plays as fast as possible (as the player does).
-            let speed = if speed.is_finite() && speed > 0.0 {
-                speed
-            } else {
-                0.0
-            };
-            player.set_speed(speed, now);
-            send(ViewerEvent::Status(if speed > 0.0 {
-                format!("replay at {speed}× the recorded pace")
-            } else {
-                "replay as fast as possible".to_string()
-            }))?;
-        }
-        ViewerControl::Seek(frame) => {
-            // The cloud is append-only: start it over and feed everything before the target,
-            // unpaced, so the view shows the session as it was at that frame.
-            send(ViewerEvent::SessionReset(format!(
-                "replay: seeking to frame {frame}"
-            )))?;
-            let catch_up = player.catch_up_to(frame);
-            let last = catch_up.end;
-            for pos in catch_up {
-                // Only the newest result's images are shown: skip decoding the others.
-                let parts = if pos + 1 == last {
-                    Parts::ALL
-                } else {
-                    Parts::GEOMETRY
-                };
-                match player.frame_at(pos, parts) {
-                    Some(Ok(r)) => send(ViewerEvent::Frame(r))?,
-                    Some(Err(e)) => send(ViewerEvent::Status(format!("skipped a frame: {e}")))?,
-                    None => break,
-                }
-            }
-            // From here on at the chosen pace (or held, if paused).
-            player.seek_to_frame(frame, Instant::now());
-            return Ok(true);
-        }
-        other => send(ViewerEvent::Status(format!(
-            "replay: {other:?} changes a live run; a recording plays as it was"
-        )))?,
-    }
-    Ok(false)
-}
-
-/// Sends frames when they are due and answers the window's pause, reset, seek and speed,
-/// until the window closes.
-fn feed(
-    mut player: Player,
-    viewer: &Sender<ViewerEvent>,
-    controls: &Receiver<ViewerControl>,
-    repeat: bool,
-) {
-    let mut ended_sent = false;
-    loop {
-        let wait = player.wait(Instant::now());
-        let control = match wait {
-            Some(d) if d.is_zero() => controls.try_recv().ok(),
-            // Paused or at the end: nothing to do until the window asks.
-            Some(d) => match controls.recv_timeout(d) {
-                Ok(c) => Some(c),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return,
-            },
-            None => match controls.recv_timeout(Duration::from_millis(200)) {
-                Ok(c) => Some(c),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => return,
-            },
-        };
-        if let Some(control) = control {
-            match apply_control(&mut player, control, viewer) {
-                Ok(rewound) => ended_sent &= !rewound,
-                Err(ViewerGone) => return,
-            }
-            continue;
-        }
-        if player.is_finished() {
-            if repeat {
-                player.restart(Instant::now());
-                if viewer
-                    .send(ViewerEvent::SessionReset("replay looped".into()))
-                    .is_err()
-                {
-                    return;
-                }
-            } else if !ended_sent {
-                ended_sent = true;
-                if viewer.send(ViewerEvent::InputEnded).is_err() {
-                    return;
-                }
-            }
-            continue;
-        }
-        if player.wait(Instant::now()).is_some_and(|d| d.is_zero()) {
-            let event = match player.next_frame(Parts::ALL) {
-                Some(Ok(r)) => ViewerEvent::Frame(r),
-                Some(Err(e)) => ViewerEvent::Status(format!("skipped a frame: {e}")),
-                None => continue,
-            };
-            if viewer.send(event).is_err() {
-                return;
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::record::sample::sample_result;
-    use crate::record::{Recorder, RecorderOptions, SessionReader};
-
-    const FRAMES: u64 = 10;
-
-    /// A session of frames 0..FRAMES recorded through the recorder into a tempdir.
-    fn session() -> (tempfile::TempDir, Arc<SessionReader>) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("s.srec");
-        let recorder = Recorder::create(
-            &path,
-            &serde_json::json!({}),
-            RecorderOptions {
-                queue: 64,
-                ..RecorderOptions::default()
-            },
-        )
-        .expect("create");
-        for i in 0..FRAMES {
-            recorder.offer(Arc::new(sample_result(i, 16, 12, 20)));
-        }
-        let status = recorder.finish();
-        assert_eq!(status.frames_recorded, FRAMES);
-        let reader = SessionReader::open(&path).expect("open");
-        (dir, Arc::new(reader))
-    }
-
-    /// The events in short form: `reset`, `frame N`, `ended`, `paused`, `status`, ….
-    fn short(e: &ViewerEvent) -> String {
-        match e {
-            ViewerEvent::Frame(r) => format!("frame {}", r.frame),
-            ViewerEvent::SessionReset(_) => "reset".into(),
-            ViewerEvent::InputEnded => "ended".into(),
-            ViewerEvent::Paused(p) => format!("paused {p}"),
-            ViewerEvent::Status(_) => "status".into(),
-            other => format!("{other:?}"),
-        }
-    }
-
-    fn frames(from: u64, to: u64) -> Vec<String> {
-        (from..to).map(|i| format!("frame {i}")).collect()
-    }
-
-    #[test]
-    fn seek_rebuilds_the_view_up_to_the_target_then_plays_on_from_it() {
-        let (_dir, reader) = session();
-        let mut player = Player::new(reader, ReplayOptions::default(), Instant::now());
-        let (tx, rx) = unbounded();
-
-        assert_eq!(
-            apply_control(&mut player, ViewerControl::Seek(6), &tx),
-            Ok(true)
-        );
-        let got: Vec<String> = rx.try_iter().map(|e| short(&e)).collect();
-        let mut want = vec!["reset".to_string()];
-        want.extend(frames(0, 6));
-        assert_eq!(got, want);
-        assert_eq!(player.position(), 6);
-        let next = player
-            .next_frame(Parts::GEOMETRY)
-            .expect("more")
-            .expect("ok");
-        assert_eq!(next.frame, 6);
-
-        // Backwards: the view starts over again.
-        assert_eq!(
-            apply_control(&mut player, ViewerControl::Seek(2), &tx),
-            Ok(true)
-        );
-        let got: Vec<String> = rx.try_iter().map(|e| short(&e)).collect();
-        assert_eq!(got, vec!["reset", "frame 0", "frame 1"]);
-        assert_eq!(player.position(), 2);
-
-        // Past the end: everything, and nothing left to play.
-        apply_control(&mut player, ViewerControl::Seek(1000), &tx).expect("open");
-        assert_eq!(rx.try_iter().count(), 1 + FRAMES as usize);
-        assert!(player.is_finished());
-    }
-
-    #[test]
-    fn a_seek_while_paused_stays_paused_and_speed_changes_the_pace() {
-        let (_dir, reader) = session();
-        let mut player = Player::new(reader, ReplayOptions::default(), Instant::now());
-        let (tx, rx) = unbounded();
-        apply_control(&mut player, ViewerControl::Pause(true), &tx).expect("open");
-        apply_control(&mut player, ViewerControl::Seek(4), &tx).expect("open");
-        assert!(player.is_paused());
-        assert_eq!(player.wait(Instant::now()), None);
-        apply_control(&mut player, ViewerControl::Pause(false), &tx).expect("open");
-        // Speed 0 (and nonsense) is as fast as possible: due at once.
-        apply_control(&mut player, ViewerControl::Speed(0.0), &tx).expect("open");
-        assert_eq!(player.wait(Instant::now()), Some(Duration::ZERO));
-        apply_control(&mut player, ViewerControl::Speed(f64::NAN), &tx).expect("open");
-        assert_eq!(player.wait(Instant::now()), Some(Duration::ZERO));
-        apply_control(&mut player, ViewerControl::Speed(0.25), &tx).expect("open");
-        let got: Vec<String> = rx.try_iter().map(|e| short(&e)).collect();
-        let mut want = vec!["paused true".to_string(), "reset".into()];
-        want.extend(frames(0, 4));
-        want.extend(["paused false", "status", "status", "status"].map(String::from));
-        assert_eq!(got, want);
-        drop(rx);
-        assert_eq!(
-            apply_control(&mut player, ViewerControl::Speed(1.0), &tx),
-            Err(ViewerGone)
-        );
-    }
-
-    #[test]
-    fn the_feeding_loop_plays_to_the_end_and_seeks_back_from_there() {
-        let (_dir, reader) = session();
-        let options = ReplayOptions {
-            speed: 0.0,
-            ..ReplayOptions::default()
-        };
-        let player = Player::new(reader, options, Instant::now());
-        let (events_tx, events_rx) = unbounded();
-        let (control_tx, control_rx) = unbounded();
-        let feeder = std::thread::spawn(move || feed(player, &events_tx, &control_rx, false));
-        let next = || {
-            events_rx
-                .recv_timeout(Duration::from_secs(10))
-                .map(|e| short(&e))
-                .expect("an event")
-        };
-        let first: Vec<String> = (0..=FRAMES).map(|_| next()).collect();
-        let mut want = frames(0, FRAMES);
-        want.push("ended".into());
-        assert_eq!(first, want);
-
-        control_tx.send(ViewerControl::Seek(7)).expect("open");
-        let after: Vec<String> = (0..=FRAMES + 1).map(|_| next()).collect();
-        let mut want = vec!["reset".to_string()];
-        want.extend(frames(0, 7));
-        want.extend(frames(7, FRAMES));
-        want.push("ended".into());
-        assert_eq!(after, want, "caught up to 7, played on, ended again");
-
-        drop(control_tx);
-        feeder
-            .join()
-            .expect("the feeder returns when the window goes");
-    }
 }

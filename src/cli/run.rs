@@ -1,29 +1,23 @@
 //! `streamrecon run --headless`: the pipeline without a window. Frames come from a webcam, a
-//! folder or the synthetic room; results go to the recorder (`SESSION/session.srec`) and to a
-//! plain dump beside it (per-frame JSON, a binary PLY of all points, a TUM trajectory,
-//! summary.json). See docs/pipeline.md.
+//! folder or the synthetic room; results go to a session folder (`record::SessionDir`: the
+//! recording, per-frame JSON, and at the end summary.json, a PLY cloud and a TUM trajectory
+//! from the recording). See docs/pipeline.md.
 
-use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use indicatif::{ProgressBar, ProgressStyle};
 
-use super::model_source;
-use super::stream_args::{CameraArgs, StreamArgs};
-use crate::capture::{
-    CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene, SyntheticSource, Webcam,
-    list_cameras,
-};
+use super::stream_args::{self, CameraArgs, ModelFlags, StreamArgs};
+use super::{model_source, run_output};
+use crate::capture::{CorruptFilePolicy, InputSpec, SyntheticPlay, list_cameras};
 use crate::pipeline::{
-    Control, Delivery, FrameModel, FrameResult, KeyframeScheduler, Outputs, Pipeline,
-    PipelineConfig, PipelineEvent, PipelineSummary, PointFilter,
+    Control, Delivery, FrameModel, KeyframeScheduler, Outputs, Pipeline, PipelineConfig,
+    PipelineEvent, PointFilter,
 };
-use crate::record::{Offer, Recorder, RecorderOptions};
+use crate::record::{Offer, RecorderOptions, SessionDir, SessionRecorder, record_event};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
@@ -99,7 +93,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         None => super::stream_args::default_input(),
     };
     let config = pipeline_config(&args)?;
-    let source = open_source(&input, &args)?;
+    let source = stream_args::open_input(
+        &input,
+        &args.camera.source_options(
+            SyntheticPlay::Frames(args.synthetic_frames),
+            if args.strict {
+                CorruptFilePolicy::Stop
+            } else {
+                CorruptFilePolicy::Skip
+            },
+        )?,
+    )?;
     let model = load_model(&args)?;
     // Refuse a keyframe budget the model cannot hold before anything is written.
     let limits = model.limits();
@@ -108,7 +112,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         limits.scale_frames,
         limits.max_frame_num,
     )?;
-    prepare_session_dir(&out)?;
+    let mut dir = SessionDir::create(&out).context("--out")?;
 
     let mut outputs = Outputs::default();
     let events = outputs.subscribe(Delivery::Lossless, 8);
@@ -122,12 +126,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     eprintln!("keyframes: {:?}", pipeline.keyframe_policy());
     let interrupted = stop_on_interrupt(pipeline.control());
 
-    let progress = progress_bar(total);
+    let progress = run_output::progress_bar(total);
     let started = Instant::now();
-    let mut dump = SessionDump::create(&out)?;
-    let recorder = Recorder::create(
-        out.join(SESSION_FILE),
-        &session_config(&args, &input, &pipeline),
+    let mut header = stream_args::session_config(
+        "streamrecon run --headless",
+        &input.to_string(),
+        model_flags(&args),
+        &args.stream,
+        point_filter(&args),
+    );
+    header["keyframe_policy"] = format!("{:?}", pipeline.keyframe_policy()).into();
+    let recorder = SessionRecorder::create(
+        dir.session_file(),
+        &header,
         RecorderOptions {
             // Headless inference is far slower than the disk; a deep queue means the
             // recorder never falls behind in practice (and says so in the file if it does).
@@ -138,33 +149,29 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut write_error: Option<anyhow::Error> = None;
     let mut summary = None;
     for event in events.iter() {
+        let offered = record_event(&recorder, &event);
+        if offered == Some(Offer::Stopped) && write_error.is_none() {
+            // The recorder's own error is in its status, reported at the end.
+            pipeline.send(Control::Stop);
+        }
         match event {
             PipelineEvent::Frame(result) => {
                 if write_error.is_none()
-                    && let Err(e) = dump.write_frame(&result)
+                    && let Err(e) = dir.write_frame(&result)
                 {
-                    write_error = Some(e);
-                    pipeline.send(Control::Stop);
-                }
-                if recorder.offer(Arc::clone(&result)) == Offer::Stopped && write_error.is_none() {
-                    // The recorder's own error is in its status, reported at the end.
+                    write_error = Some(e.into());
                     pipeline.send(Control::Stop);
                 }
                 progress.inc(1);
-                progress.set_message(progress_message(&result, &dump, started));
+                progress.set_message(run_output::progress_message(&result, &dir, started));
             }
-            PipelineEvent::Warning(w) => {
-                recorder.note(format!("warning: {w}"));
-                progress.println(format!("warning: {w}"))
-            }
+            PipelineEvent::Warning(w) => progress.println(format!("warning: {w}")),
             PipelineEvent::Error { stage, message } => {
-                recorder.note(format!("error ({stage}): {message}"));
                 progress.println(format!("error ({stage}): {message}"));
                 // The map so far is kept: stop here and write what there is.
                 pipeline.send(Control::Stop);
             }
             PipelineEvent::SessionReset { reason } => {
-                recorder.note(format!("session reset: {reason}"));
                 progress.println(format!("new session: {reason}"))
             }
             PipelineEvent::InputEnded => {
@@ -177,26 +184,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     progress.finish_and_clear();
     pipeline.join();
     let summary = summary.context("the pipeline ended without a summary")?;
-    dump.finish(&summary)?;
     let recorded = recorder.finish();
-    print_summary(&summary, &out, &dump);
+    // The cloud and trajectory come from the recording, so it is finished first.
+    if let Err(e) = dir.finish(&summary)
+        && write_error.is_none()
+    {
+        write_error = Some(e.into());
+    }
+    run_output::print_summary(&summary, &dir);
     if interrupted.load(Ordering::SeqCst) {
         println!("stopped:    interrupted (Ctrl-C); the session holds every frame processed");
     }
-    println!(
-        "recorded:   {} frames, {} bytes in {}{}",
-        recorded.frames_recorded,
-        recorded.bytes_written,
-        recorded.path.display(),
-        if recorded.results_not_recorded > 0 {
-            format!(
-                " ({} results not recorded: the recorder fell behind)",
-                recorded.results_not_recorded
-            )
-        } else {
-            String::new()
-        }
-    );
+    run_output::print_recorded(&recorded);
     if let Some(e) = recorded.error {
         bail!("recording {}: {e}", recorded.path.display());
     }
@@ -213,23 +212,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The recorder's session file inside `--out` (docs/recording-format.md).
-pub const SESSION_FILE: &str = "session.srec";
+/// The model options as the session header records them.
+fn model_flags(args: &RunArgs) -> ModelFlags<'_> {
+    ModelFlags {
+        weights: args.weights.as_deref(),
+        model_config: args.model_config.as_deref(),
+        random_weights: args.random_weights.as_deref(),
+    }
+}
 
-/// What the recording says about how it was made.
-fn session_config(args: &RunArgs, input: &InputSpec, pipeline: &Pipeline) -> serde_json::Value {
-    serde_json::json!({
-        "command": "streamrecon run --headless",
-        "input": input.to_string(),
-        "weights": args.weights.as_ref().map(|p| p.display().to_string()),
-        "model_config": args.model_config.as_ref().map(|p| p.display().to_string()),
-        "random_weights": args.random_weights,
-        "attention": args.stream.attention.to_string(),
-        "window": args.stream.window,
-        "keyframes": format!("{:?}", pipeline.keyframe_policy()),
-        "conf_threshold": args.conf_threshold,
-        "point_stride": args.point_stride,
-    })
+fn point_filter(args: &RunArgs) -> PointFilter {
+    PointFilter {
+        min_confidence: args.conf_threshold,
+        stride: args.point_stride,
+    }
 }
 
 fn print_cameras() {
@@ -248,32 +244,8 @@ fn write_sample(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn open_source(input: &InputSpec, args: &RunArgs) -> anyhow::Result<Box<dyn Source>> {
-    Ok(match input {
-        InputSpec::Webcam(selector) => Box::new(Webcam::open(&args.camera.request(selector)?)?),
-        InputSpec::Synthetic => Box::new(SyntheticSource::new(SyntheticScene {
-            frames: Some(args.synthetic_frames),
-            ..SyntheticScene::default()
-        })),
-        InputSpec::Folder(dir) => {
-            let policy = if args.strict {
-                CorruptFilePolicy::Stop
-            } else {
-                CorruptFilePolicy::Skip
-            };
-            Box::new(
-                ImageFolder::open(dir, policy)
-                    .with_context(|| super::stream_args::folder_input_context(dir))?,
-            )
-        }
-    })
-}
-
 fn pipeline_config(args: &RunArgs) -> anyhow::Result<PipelineConfig> {
-    let mut config = args.stream.pipeline_config(PointFilter {
-        min_confidence: args.conf_threshold,
-        stride: args.point_stride,
-    })?;
+    let mut config = args.stream.pipeline_config(point_filter(args))?;
     config.max_frames = args.max_frames;
     Ok(config)
 }
@@ -298,52 +270,7 @@ fn load_model(args: &RunArgs) -> anyhow::Result<Arc<dyn FrameModel>> {
     model_source::load(&request)
 }
 
-fn prepare_session_dir(out: &Path) -> anyhow::Result<()> {
-    if out.exists() {
-        let mut entries =
-            std::fs::read_dir(out).with_context(|| format!("--out {}", out.display()))?;
-        if entries.next().is_some() {
-            bail!(
-                "--out {} already holds files; choose a new session directory",
-                out.display()
-            );
-        }
-    }
-    std::fs::create_dir_all(out.join("frames"))
-        .with_context(|| format!("creating {}", out.display()))?;
-    Ok(())
-}
-
-fn progress_bar(total: Option<u64>) -> ProgressBar {
-    let bar = match total {
-        Some(n) => ProgressBar::new(n),
-        None => ProgressBar::new_spinner(),
-    };
-    let template = if total.is_some() {
-        "{bar:30} {pos}/{len} {msg}"
-    } else {
-        "{spinner} {pos} frames {msg}"
-    };
-    if let Ok(style) = ProgressStyle::with_template(template) {
-        bar.set_style(style);
-    }
-    bar
-}
-
-fn progress_message(r: &FrameResult, dump: &SessionDump, started: Instant) -> String {
-    let s = &r.cache.stats;
-    let fps = dump.frames as f64 / started.elapsed().as_secs_f64().max(1e-9);
-    format!(
-        "{fps:.2} fps | cache {}/{} pages, {} committed | {} points | {} dropped",
-        s.allocated_pages.saturating_sub(s.free_pages),
-        s.max_pages,
-        s.frames_committed,
-        dump.points,
-        dump.dropped
-    )
-}
-
-/// Ctrl-C stops the pipeline the way the end of the input does, so the dump, the recording's
+/// Ctrl-C stops the pipeline the way the end of the input does, so the frames' JSON, the recording's
 /// index and summary.json are all written for the frames processed; a second Ctrl-C quits at
 /// once (the recording stays readable without its index). Returns whether it was pressed.
 fn stop_on_interrupt(control: crossbeam_channel::Sender<Control>) -> Arc<AtomicBool> {
@@ -355,155 +282,12 @@ fn stop_on_interrupt(control: crossbeam_channel::Sender<Control>) -> Arc<AtomicB
             std::process::exit(130);
         }
         eprintln!("\ninterrupted: finishing the session (Ctrl-C again to quit at once)");
-        let _ = control.send(Control::Stop);
+        if control.send(Control::Stop).is_err() {
+            // The pipeline has stopped already: the session is being finished anyway.
+        }
     });
     if let Err(e) = installed {
         tracing::warn!("Ctrl-C will end the run without finishing the session: {e}");
     }
     interrupted
-}
-
-fn print_summary(s: &PipelineSummary, out: &Path, dump: &SessionDump) {
-    println!("input:      {}", s.source);
-    println!("model:      {}", s.model);
-    println!(
-        "frames:     {} processed of {} captured ({} dropped, {} skipped, {} discarded at stop)",
-        s.frames_processed,
-        s.frames_captured,
-        s.frames_dropped,
-        s.frames_skipped,
-        s.frames_discarded
-    );
-    println!(
-        "kinds:      {} scale, {} keyframes, {} non-keyframes; {} committed at the end; {} session(s)",
-        s.scale_frames, s.keyframes, s.non_keyframes, s.committed_frames_at_end, s.sessions
-    );
-    println!("speed:      {:.2} fps over {:.2} s", s.fps, s.wall_s);
-    let stages: Vec<String> = s
-        .mean_stage_ms
-        .iter()
-        .map(|(k, v)| format!("{k} {v:.2}"))
-        .collect();
-    println!("mean ms:    {}", stages.join(", "));
-    println!("points:     {}", dump.points);
-    println!("session:    {}", out.display());
-    for w in &s.warnings {
-        println!("warning:    {w}");
-    }
-}
-
-/// The plain dump: `frames/NNNNNN.json`, `points.ply`, `trajectory.tum`, `summary.json`.
-struct SessionDump {
-    dir: PathBuf,
-    ply: BufWriter<File>,
-    trajectory: BufWriter<File>,
-    points: u64,
-    frames: u64,
-    dropped: u64,
-}
-
-/// The header has a fixed length so the vertex count can be patched in when the run ends:
-/// a comment line pads it (plain decimal counts, which every PLY reader parses).
-const PLY_HEADER_PAD: usize = 24;
-
-fn ply_header(count: u64) -> String {
-    let digits = count.to_string().len();
-    format!(
-        "ply\nformat binary_little_endian 1.0\ncomment streamrecon run --headless\n\
-         element vertex {count}\ncomment {pad}\nproperty float x\nproperty float y\n\
-         property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\n\
-         property float confidence\nend_header\n",
-        pad = "-".repeat(PLY_HEADER_PAD - digits.min(PLY_HEADER_PAD - 1))
-    )
-}
-
-impl SessionDump {
-    fn create(dir: &Path) -> anyhow::Result<Self> {
-        let open = |name: &str| -> anyhow::Result<BufWriter<File>> {
-            let path = dir.join(name);
-            Ok(BufWriter::new(
-                File::create(&path).with_context(|| format!("creating {}", path.display()))?,
-            ))
-        };
-        let mut ply = open("points.ply")?;
-        ply.write_all(ply_header(0).as_bytes())?;
-        let mut trajectory = open("trajectory.tum")?;
-        writeln!(
-            trajectory,
-            "# frame tx ty tz qx qy qz qw (world_from_camera)"
-        )?;
-        Ok(SessionDump {
-            dir: dir.to_owned(),
-            ply,
-            trajectory,
-            points: 0,
-            frames: 0,
-            dropped: 0,
-        })
-    }
-
-    fn write_frame(&mut self, r: &FrameResult) -> anyhow::Result<()> {
-        let stats = &r.cache.stats;
-        let meta = serde_json::json!({
-            "frame": r.frame,
-            "frame_type": r.frame_type,
-            "world_from_camera": crate::capture::synthetic::world_from_camera_rows(&r.world_from_camera),
-            "intrinsics": r.intrinsics,
-            "points": r.points.len(),
-            "dropped_before": r.dropped_before,
-            "timings": r.timings,
-            "cache": stats,
-            "cache_events": r.cache.events,
-            "depth_min_max": min_max(&r.depth),
-        });
-        let path = self.dir.join("frames").join(format!("{:06}.json", r.frame));
-        std::fs::write(&path, serde_json::to_vec_pretty(&meta)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        for i in 0..r.points.len() {
-            for v in r.points.xyz[i] {
-                self.ply.write_all(&v.to_le_bytes())?;
-            }
-            self.ply.write_all(&r.points.rgb[i])?;
-            self.ply.write_all(&r.points.confidence[i].to_le_bytes())?;
-        }
-        let (_, rotation, t) = r.world_from_camera.to_scale_rotation_translation();
-        writeln!(
-            self.trajectory,
-            "{} {} {} {} {} {} {} {}",
-            r.frame, t.x, t.y, t.z, rotation.x, rotation.y, rotation.z, rotation.w
-        )?;
-        self.points += r.points.len() as u64;
-        self.frames += 1;
-        self.dropped += r.dropped_before;
-        // Keep the files valid after every frame, so a killed run leaves a readable session.
-        self.trajectory.flush()?;
-        self.patch_ply_count()?;
-        Ok(())
-    }
-
-    fn patch_ply_count(&mut self) -> anyhow::Result<()> {
-        self.ply.flush()?;
-        // The buffer is empty after the flush: seek the file underneath directly.
-        let file = self.ply.get_mut();
-        file.seek(SeekFrom::Start(0))?;
-        file.write_all(ply_header(self.points).as_bytes())?;
-        file.seek(SeekFrom::End(0))?;
-        Ok(())
-    }
-
-    fn finish(&mut self, summary: &PipelineSummary) -> anyhow::Result<()> {
-        self.trajectory.flush()?;
-        self.patch_ply_count()?;
-        let path = self.dir.join("summary.json");
-        std::fs::write(&path, serde_json::to_vec_pretty(summary)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        Ok(())
-    }
-}
-
-fn min_max(v: &[f32]) -> [f32; 2] {
-    v.iter()
-        .fold([f32::INFINITY, f32::NEG_INFINITY], |[lo, hi], &x| {
-            [lo.min(x), hi.max(x)]
-        })
 }

@@ -1,11 +1,16 @@
 //! The options `run` and `view` share, so the two commands spell and check them the same way:
-//! how the stream is processed (attention layout, keyframe rule and budget, window) and what is
-//! asked of a camera.
+//! how the stream is processed (attention layout, keyframe rule and budget, window), what is
+//! asked of a camera, how the input opens, and what a recording's header says.
+
+use std::path::Path;
 
 use anyhow::{Context, bail};
 
 use crate::attention::AttentionLayout;
-use crate::capture::{CameraRequest, CameraSelector, InputSpec, list_cameras};
+use crate::capture::{
+    CameraSelector, CorruptFilePolicy, InputSpec, Source, SourceOptions, SyntheticPlay,
+    list_cameras, open_source,
+};
 use crate::pipeline::keyframe::TRAINED_VIEWS;
 use crate::pipeline::{KeyframePolicy, KeyframeRule, OnBudget, PipelineConfig, PointFilter};
 
@@ -87,18 +92,67 @@ pub struct CameraArgs {
 }
 
 impl CameraArgs {
-    /// What to ask of the camera `selector` names.
-    pub fn request(&self, selector: &CameraSelector) -> anyhow::Result<CameraRequest> {
-        Ok(CameraRequest {
-            selector: selector.clone(),
+    /// How to open an input: these camera requests, and what the command does with the
+    /// synthetic room and with a folder file that does not decode.
+    pub fn source_options(
+        &self,
+        synthetic: SyntheticPlay,
+        corrupt_files: CorruptFilePolicy,
+    ) -> anyhow::Result<SourceOptions> {
+        Ok(SourceOptions {
             resolution: self
                 .resolution
                 .as_deref()
                 .map(parse_resolution)
                 .transpose()?,
             fps: self.fps,
+            synthetic,
+            corrupt_files,
         })
     }
+}
+
+/// Opens `--input`; a folder that cannot be read says what else `--input` takes.
+pub fn open_input(spec: &InputSpec, options: &SourceOptions) -> anyhow::Result<Box<dyn Source>> {
+    let opened = open_source(spec, options);
+    Ok(match spec {
+        InputSpec::Folder(dir) => opened.with_context(|| folder_input_context(dir))?,
+        _ => opened?,
+    })
+}
+
+/// `--weights`, `--model-config` and `--random-weights` as given, for a session header.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelFlags<'a> {
+    pub weights: Option<&'a Path>,
+    pub model_config: Option<&'a Path>,
+    pub random_weights: Option<&'a str>,
+}
+
+/// What the header of a recording says about how it was made; `run` and `view` write the
+/// same keys.
+pub fn session_config(
+    command: &str,
+    input: &str,
+    model: ModelFlags<'_>,
+    stream: &StreamArgs,
+    points: PointFilter,
+) -> serde_json::Value {
+    serde_json::json!({
+        "command": command,
+        "input": input,
+        "weights": model.weights.map(|p| p.display().to_string()),
+        "model_config": model.model_config.map(|p| p.display().to_string()),
+        "random_weights": model.random_weights,
+        "attention": stream.attention.to_string(),
+        "window": stream.window,
+        "keyframes": stream.keyframes,
+        "keyframe_interval": stream.keyframe_interval,
+        "view_budget": stream.view_budget,
+        "on_budget": stream.on_budget.to_string(),
+        "conf_threshold": points.min_confidence,
+        "point_stride": points.stride,
+    })
 }
 
 /// The input when `--input` is not given: the first camera, else the synthetic room.
@@ -113,7 +167,7 @@ pub fn default_input() -> InputSpec {
 
 /// Context for an `--input` that named no camera or built-in source and is no readable folder:
 /// most often a mistyped source name, which would otherwise read as a bare "no such file".
-pub fn folder_input_context(dir: &std::path::Path) -> String {
+fn folder_input_context(dir: &std::path::Path) -> String {
     format!(
         "--input {}: read as an image folder (other inputs: webcam:N, webcam:NAME, synthetic, demo)",
         dir.display()
@@ -202,20 +256,17 @@ mod tests {
 
     #[test]
     fn camera_requests_parse_and_refuse_nonsense() {
+        let options = |cli: &Cli| {
+            cli.camera
+                .source_options(SyntheticPlay::Frames(1), CorruptFilePolicy::Skip)
+        };
         let cli = parse(&["--resolution", "1280x720", "--fps", "30"]).expect("parses");
-        let request = cli
-            .camera
-            .request(&CameraSelector::Index(0))
-            .expect("request");
+        let request = options(&cli).expect("request");
         assert_eq!(request.resolution, Some((1280, 720)));
         assert_eq!(request.fps, Some(30));
-        assert_eq!(request.selector, CameraSelector::Index(0));
         for bad in ["1280", "0x720", "wide x tall", "1280x-1"] {
             let cli = parse(&["--resolution", bad]).expect("clap takes any text");
-            let err = cli
-                .camera
-                .request(&CameraSelector::Index(0))
-                .expect_err(bad);
+            let err = options(&cli).expect_err(bad);
             assert!(err.to_string().contains(bad), "{err}");
         }
     }

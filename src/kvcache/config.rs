@@ -48,6 +48,23 @@ pub enum SpecialPoolFull {
     DropOldest,
 }
 
+/// A `SpecialPoolFull` spelled other than `error` or `drop-oldest`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}`: expected error or drop-oldest")]
+pub struct UnknownPoolPolicy(pub String);
+
+impl std::str::FromStr for SpecialPoolFull {
+    type Err = UnknownPoolPolicy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "error" => Ok(SpecialPoolFull::Error),
+            "drop-oldest" => Ok(SpecialPoolFull::DropOldest),
+            other => Err(UnknownPoolPolicy(other.to_owned())),
+        }
+    }
+}
+
 /// How the special-token pool grows: it starts empty and grows in chunks up to a cap, so a short
 /// session does not pay for the memory a 10,000-frame one needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,15 +5,19 @@
 //! * `plan`: what a step writes and what its attention reads (CSR page table).
 //! * `storage`: host pages `[layer][page][K|V][page_size][heads][head_dim]`.
 //! * `events`: events and stats for the UI and the recorder.
+//! * `sim`: the table driven over a stream without a model (`cache-sim`).
 
 mod config;
 mod error;
 mod events;
 mod plan;
+pub mod sim;
 mod storage;
 mod table;
 
-pub use config::{CacheConfig, SpecialPoolConfig, SpecialPoolFull, StorageDtype};
+pub use config::{
+    CacheConfig, SpecialPoolConfig, SpecialPoolFull, StorageDtype, UnknownPoolPolicy,
+};
 pub use error::CacheError;
 pub use events::{CacheEvent, CacheStats, PageState, PatchStream};
 pub use plan::{PagePlan, StepPlan, TokenRun};

@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
 use crate::capture::{CapturedFrame, Source};
 use crate::model::preprocess::{PreprocessConfig, preprocess_rgb8};
 
-use super::result::RgbImage;
+use crate::frame::RgbImage;
 
 /// A preprocessed frame on its way to inference.
 #[derive(Debug)]
@@ -75,21 +75,23 @@ impl CaptureLoop {
                 .max_frames
                 .is_some_and(|n| self.counters.captured.load(Ordering::Relaxed) >= n)
             {
-                let _ = self.notes.send(CaptureNote::Ended);
+                self.last_note(CaptureNote::Ended);
                 return;
             }
             let next = self.source.next_frame();
             for w in self.source.take_warnings() {
-                let _ = self.notes.send(CaptureNote::Warning(w));
+                if !self.tell(CaptureNote::Warning(w)) {
+                    return;
+                }
             }
             let frame = match next {
                 Ok(Some(f)) => f,
                 Ok(None) => {
-                    let _ = self.notes.send(CaptureNote::Ended);
+                    self.last_note(CaptureNote::Ended);
                     return;
                 }
                 Err(e) => {
-                    let _ = self.notes.send(CaptureNote::Failed(e.to_string()));
+                    self.last_note(CaptureNote::Failed(e.to_string()));
                     return;
                 }
             };
@@ -108,6 +110,19 @@ impl CaptureLoop {
         }
     }
 
+    /// Tells the inference thread; `false` when it has gone (it stopped), so capture stops too.
+    fn tell(&self, note: CaptureNote) -> bool {
+        self.notes.send(note).is_ok()
+    }
+
+    /// The capture loop's last word. It ends either way, so an inference thread that has
+    /// stopped already (and no longer listens) changes nothing.
+    fn last_note(&self, note: CaptureNote) {
+        if !self.tell(note) {
+            tracing::debug!("inference had stopped before capture's last note");
+        }
+    }
+
     fn prepare(&mut self, frame: CapturedFrame) -> Option<InputFrame> {
         let clock = Instant::now();
         let img = &frame.image;
@@ -123,9 +138,9 @@ impl CaptureLoop {
                 let name = frame
                     .label
                     .unwrap_or_else(|| format!("frame {}", frame.index));
-                let _ = self
-                    .notes
-                    .send(CaptureNote::Warning(format!("skipped {name}: {e}")));
+                // Nothing to hand over either way; a stopped inference thread is noticed at the
+                // next hand-over.
+                self.tell(CaptureNote::Warning(format!("skipped {name}: {e}")));
                 return None;
             }
         };

@@ -8,8 +8,8 @@ use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use crate::attention::AttentionLayout;
 
 use super::keyframe::KeyframePolicy;
-use super::result::FrameResult;
 use super::summary::PipelineSummary;
+use crate::frame::FrameResult;
 
 /// Requests to the inference thread. Settings marked "at reset" are kept pending and take
 /// effect with the next [`Control::Reset`] (a session's cache cannot change shape midway).

@@ -9,7 +9,7 @@ use crate::model::pose::{Camera, unproject_to_world};
 
 use super::capture_thread::InputFrame;
 use super::model::ModelStep;
-use super::result::{CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, StageTime};
+use crate::frame::{CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, StageTime};
 
 /// Which points of a depth map make it into the result.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -15,8 +15,8 @@ use super::control::{Control, Outputs, PipelineEvent};
 use super::frame::{CallContext, PointFilter, build_results};
 use super::keyframe::{Decision, KeyframePolicy, KeyframeScheduler};
 use super::model::{FrameModel, ModelLimits, ModelSession, SessionOptions};
-use super::result::FrameType;
 use super::summary::{PipelineSummary, StageSums};
+use crate::frame::FrameType;
 
 /// Settings a session is built with; changes wait for a reset.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -83,22 +83,33 @@ impl KeyframePolicy {
     }
 }
 
+/// Why a keyframe rule did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadKeyframeRule {
+    #[error("`{0}` is not a positive interval")]
+    Interval(String),
+    #[error("`{0}` needs an interval: {0}:N")]
+    NoInterval(String),
+    #[error("unknown keyframe rule `{0}` (use fixed:N, adaptive or adaptive:BASE)")]
+    Unknown(String),
+}
+
 impl std::str::FromStr for KeyframeRule {
-    type Err = String;
+    type Err = BadKeyframeRule;
     /// `fixed:N`, `adaptive` or `adaptive:BASE`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (name, arg) = match s.split_once(':') {
             Some((n, a)) => (n, Some(a)),
             None => (s, None),
         };
-        let number = |a: Option<&str>, default: Option<u64>| -> Result<u64, String> {
+        let number = |a: Option<&str>, default: Option<u64>| -> Result<u64, BadKeyframeRule> {
             match a {
                 Some(a) => a
                     .parse::<u64>()
                     .ok()
                     .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("`{a}` is not a positive interval")),
-                None => default.ok_or_else(|| format!("`{name}` needs an interval: {name}:N")),
+                    .ok_or_else(|| BadKeyframeRule::Interval(a.to_owned())),
+                None => default.ok_or_else(|| BadKeyframeRule::NoInterval(name.to_owned())),
             }
         };
         match name {
@@ -108,9 +119,7 @@ impl std::str::FromStr for KeyframeRule {
             "adaptive" => Ok(KeyframeRule::Adaptive {
                 base_interval: number(arg, Some(1))?,
             }),
-            _ => Err(format!(
-                "unknown keyframe rule `{s}` (use fixed:N, adaptive or adaptive:BASE)"
-            )),
+            _ => Err(BadKeyframeRule::Unknown(s.to_owned())),
         }
     }
 }

@@ -33,9 +33,6 @@ pub use error::PipelineError;
 pub use frame::PointFilter;
 pub use keyframe::{KeyframePolicy, KeyframeRule, KeyframeScheduler, OnBudget};
 pub use model::{CpuFrameModel, FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions};
-pub use result::{
-    CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage, StageTime,
-};
 pub use summary::PipelineSummary;
 
 use capture_thread::{CaptureCounters, CaptureLoop};
@@ -184,8 +181,16 @@ impl Pipeline {
     /// Ask to stop and wait for both threads. Lossless consumers must keep reading (or be
     /// dropped) until then, or inference waits on them.
     pub fn stop_and_join(mut self) {
-        let _ = self.control.send(Control::Stop);
+        self.ask_to_stop();
         self.join_threads();
+    }
+
+    /// Sends `Stop`. It fails only when the inference thread has stopped already, which is
+    /// what was asked.
+    fn ask_to_stop(&self) {
+        if !self.send(Control::Stop) {
+            tracing::trace!("the inference thread had stopped already");
+        }
     }
 
     /// Wait for the threads without asking them to stop (after a `Stop` sent elsewhere).
@@ -204,6 +209,6 @@ impl Pipeline {
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
-        let _ = self.control.send(Control::Stop);
+        self.ask_to_stop();
     }
 }

@@ -11,7 +11,7 @@ use crate::model::preprocess::PreprocessConfig;
 use crate::model::{GctModel, ModelConfig, ModelError, StreamState};
 
 use super::frame::PointFilter;
-use super::result::{CacheSnapshot, FramePoints, StageTime};
+use crate::frame::{CacheSnapshot, FramePoints, StageTime};
 
 /// What a session is created with. Changing any of these needs a new session (a reset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::result::FrameResult;
+use crate::frame::FrameResult;
 
 /// Frame accounting: `captured = processed + dropped + discarded + skipped`.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]

@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::frame::CacheSnapshot;
 use crate::kvcache::{CacheEvent, CacheStats, PageState, PatchStream};
-use crate::pipeline::CacheSnapshot;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

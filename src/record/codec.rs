@@ -5,7 +5,7 @@ use glam::Mat4;
 use half::f16;
 use serde::{Deserialize, Serialize};
 
-use crate::pipeline::{FramePoints, FrameType, Intrinsics, RgbImage, StageTime};
+use crate::frame::{FramePoints, FrameType, Intrinsics, RgbImage, StageTime};
 
 /// Appends little-endian fields to a buffer.
 #[derive(Debug, Default)]
@@ -101,11 +101,22 @@ impl<'a> ByteReader<'a> {
     }
 }
 
-/// What a payload decoder reports: which field was missing or wrong.
-pub type DecodeResult<T> = Result<T, String>;
+/// What is wrong with a payload that does not decode (which field was missing or wrong), or
+/// with a value that cannot be encoded. The reader and writer add the file and the offset.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CodecError(pub String);
 
-fn short(what: &str) -> String {
-    format!("{what} payload is shorter than its fields")
+impl From<String> for CodecError {
+    fn from(what: String) -> Self {
+        CodecError(what)
+    }
+}
+
+pub type DecodeResult<T> = Result<T, CodecError>;
+
+fn short(what: &str) -> CodecError {
+    CodecError(format!("{what} payload is shorter than its fields"))
 }
 
 /// The frame index every frame record starts with.
@@ -150,7 +161,7 @@ pub fn decode_pose(payload: &[u8]) -> DecodeResult<PoseRecord> {
         0 => FrameType::Scale,
         1 => FrameType::Keyframe,
         2 => FrameType::NonKeyframe,
-        other => return Err(format!("unknown frame type {other}")),
+        other => return Err(format!("unknown frame type {other}").into()),
     };
     let rest = (|| Some((r.f64()?, r.u64()?, r.mat4()?, r.mat4()?)))();
     let (t_s, dropped_before, world_from_camera, camera_from_world) =
@@ -201,7 +212,8 @@ pub fn encode_image(frame: u64, image: &RgbImage, quality: u8) -> DecodeResult<V
             image.width,
             image.height,
             image.data.len()
-        ));
+        )
+        .into());
     }
     let mut w = ByteWriter::with_capacity(16 + expected / 8);
     w.u64(frame);
@@ -215,7 +227,7 @@ pub fn encode_image(frame: u64, image: &RgbImage, quality: u8) -> DecodeResult<V
             image.height,
             image::ExtendedColorType::Rgb8,
         )
-        .map_err(|e| format!("JPEG encoding: {e}"))?;
+        .map_err(|e| CodecError(format!("JPEG encoding: {e}")))?;
     w.bytes(&jpeg);
     Ok(w.into_vec())
 }
@@ -231,14 +243,15 @@ pub fn image_jpeg(payload: &[u8]) -> DecodeResult<(u32, u32, &[u8])> {
 pub fn decode_image(payload: &[u8]) -> DecodeResult<RgbImage> {
     let (width, height, jpeg) = image_jpeg(payload)?;
     let decoded = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg)
-        .map_err(|e| format!("JPEG decoding: {e}"))?
+        .map_err(|e| CodecError(format!("JPEG decoding: {e}")))?
         .to_rgb8();
     if decoded.width() != width || decoded.height() != height {
         return Err(format!(
             "JPEG is {}x{}, the record says {width}x{height}",
             decoded.width(),
             decoded.height()
-        ));
+        )
+        .into());
     }
     Ok(RgbImage {
         width,
@@ -280,7 +293,8 @@ pub fn encode_points(frame: u64, p: &FramePoints) -> DecodeResult<Vec<u8>> {
             "points have {n} positions, {} colours, {} confidences",
             p.rgb.len(),
             p.confidence.len()
-        ));
+        )
+        .into());
     }
     let mut w = ByteWriter::with_capacity(12 + n * 19);
     w.u64(frame);
@@ -311,7 +325,8 @@ pub fn decode_points(payload: &[u8]) -> DecodeResult<FramePoints> {
         return Err(format!(
             "points payload of {} bytes cannot hold {n} points",
             payload.len()
-        ));
+        )
+        .into());
     }
     let mut out = FramePoints {
         xyz: Vec::with_capacity(n),
@@ -339,13 +354,13 @@ pub fn decode_points(payload: &[u8]) -> DecodeResult<FramePoints> {
 pub fn encode_json_part<T: Serialize>(frame: u64, value: &T) -> DecodeResult<Vec<u8>> {
     let mut w = ByteWriter::default();
     w.u64(frame);
-    w.bytes(&serde_json::to_vec(value).map_err(|e| e.to_string())?);
+    w.bytes(&serde_json::to_vec(value).map_err(|e| CodecError(e.to_string()))?);
     Ok(w.into_vec())
 }
 
 pub fn decode_json_part<T: for<'de> Deserialize<'de>>(payload: &[u8]) -> DecodeResult<T> {
     let json = payload.get(8..).ok_or_else(|| short("json"))?;
-    serde_json::from_slice(json).map_err(|e| format!("JSON: {e}"))
+    serde_json::from_slice(json).map_err(|e| CodecError(format!("JSON: {e}")))
 }
 
 /// Timings in binary: JSON's float parsing does not give back every f64 bit for bit.
@@ -355,8 +370,8 @@ pub fn encode_timings(frame: u64, timings: &[StageTime]) -> DecodeResult<Vec<u8>
     w.u32(timings.len() as u32);
     for t in timings {
         let name = t.stage.as_bytes();
-        let len =
-            u16::try_from(name.len()).map_err(|_| format!("stage name of {} bytes", name.len()))?;
+        let len = u16::try_from(name.len())
+            .map_err(|_| CodecError(format!("stage name of {} bytes", name.len())))?;
         w.u16(len);
         w.bytes(name);
         w.f64(t.ms);
@@ -375,7 +390,8 @@ pub fn decode_timings(payload: &[u8]) -> DecodeResult<Vec<StageTime>> {
     for _ in 0..n {
         let len = r.u16().ok_or_else(|| short("timings"))?;
         let name = r.take(len as usize).ok_or_else(|| short("timings"))?;
-        let stage = String::from_utf8(name.to_vec()).map_err(|e| format!("stage name: {e}"))?;
+        let stage =
+            String::from_utf8(name.to_vec()).map_err(|e| CodecError(format!("stage name: {e}")))?;
         let ms = r.f64().ok_or_else(|| short("timings"))?;
         out.push(StageTime { stage, ms });
     }
@@ -430,10 +446,7 @@ pub fn decode_index(payload: &[u8]) -> DecodeResult<Vec<IndexEntry>> {
     let mut r = ByteReader::new(payload);
     let n = r.u64().ok_or_else(|| short("index"))?;
     if payload.len() as u64 != 8 + n.saturating_mul(18) {
-        return Err(format!(
-            "index of {} bytes cannot hold {n} entries",
-            payload.len()
-        ));
+        return Err(format!("index of {} bytes cannot hold {n} entries", payload.len()).into());
     }
     (0..n)
         .map(|_| {

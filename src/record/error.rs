@@ -45,6 +45,12 @@ pub enum RecordError {
     },
     #[error("{path}: {what}")]
     Export { path: PathBuf, what: String },
+    #[error("{path} already holds files; choose a new session directory")]
+    NotEmpty { path: PathBuf },
+    #[error("{dir}: too many sessions named session-{stamp}")]
+    NoFreeName { dir: PathBuf, stamp: String },
+    #[error("starting a recording thread: {0}")]
+    Spawn(#[source] io::Error),
 }
 
 impl RecordError {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use glam::Mat4;
 
-use crate::pipeline::{CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage};
+use crate::frame::{CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage};
 use crate::record::RecordError;
 use crate::record::cache_codec::CacheRecord;
 use crate::record::codec::{self, Notice, PoseRecord};
@@ -317,7 +317,7 @@ impl SessionReader {
                 },
                 RecordKind::Pose => match codec::decode_pose(payload) {
                     Ok(p) => self.frames.push(frame_info(p)),
-                    Err(e) => self.issue(rec.offset as u64, IssueKind::Damaged, e),
+                    Err(e) => self.issue(rec.offset as u64, IssueKind::Damaged, e.to_string()),
                 },
                 _ => self.attach(kind, *rec, payload),
             }
@@ -348,7 +348,7 @@ impl SessionReader {
             RecordKind::Intrinsics => match codec::decode_intrinsics(payload) {
                 Ok(k) => info.intrinsics = Some(k),
                 Err(e) => {
-                    self.issue(rec.offset as u64, IssueKind::Damaged, e);
+                    self.issue(rec.offset as u64, IssueKind::Damaged, e.to_string());
                     return;
                 }
             },
@@ -398,11 +398,11 @@ impl SessionReader {
         ))
     }
 
-    fn corrupt(&self, offset: u64, what: String) -> RecordError {
+    fn corrupt(&self, offset: u64, what: impl std::fmt::Display) -> RecordError {
         RecordError::Corrupt {
             path: self.path.clone(),
             offset,
-            what,
+            what: what.to_string(),
         }
     }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 
-use crate::pipeline::FrameResult;
+use crate::frame::FrameResult;
 use crate::record::RecordError;
 use crate::record::codec::Notice;
 use crate::record::writer::{DEFAULT_JPEG_QUALITY, SessionWriter};
@@ -112,7 +112,7 @@ struct Shared {
     error: Mutex<Option<String>>,
 }
 
-pub struct Recorder {
+pub struct SessionRecorder {
     path: PathBuf,
     tx: Option<Sender<Item>>,
     shared: Arc<Shared>,
@@ -120,7 +120,7 @@ pub struct Recorder {
     thread: Option<JoinHandle<()>>,
 }
 
-impl Recorder {
+impl SessionRecorder {
     /// Creates `path` (which must not exist), writes and syncs the header, and starts the thread.
     pub fn create(
         path: impl AsRef<Path>,
@@ -184,13 +184,9 @@ impl Recorder {
         match self.send(Item::Frame(t, result)) {
             Offer::FellBehind => {
                 let s = &self.shared;
-                // First/last are for the message; the count is what must be exact.
-                let _ = s.behind_first.compare_exchange(
-                    NO_FRAME,
-                    frame,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                );
+                // First/last are for the message; the count is what must be exact. Frames come
+                // in stream order, so the smallest one behind is the first.
+                s.behind_first.fetch_min(frame, Ordering::AcqRel);
                 s.behind_last.store(frame, Ordering::Release);
                 s.behind.fetch_add(1, Ordering::AcqRel);
                 s.not_recorded.fetch_add(1, Ordering::AcqRel);
@@ -247,7 +243,7 @@ impl Recorder {
     }
 }
 
-impl Drop for Recorder {
+impl Drop for SessionRecorder {
     /// A recorder dropped without `finish` still closes its file properly.
     fn drop(&mut self) {
         self.close();

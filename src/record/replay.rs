@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::pipeline::FrameResult;
+use crate::frame::FrameResult;
 use crate::record::{Parts, RecordError, SessionReader};
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -3,10 +3,10 @@
 
 use glam::{Mat4, Quat, Vec3};
 
-use crate::kvcache::{CacheEvent, CacheStats, PageState, PatchStream};
-use crate::pipeline::{
+use crate::frame::{
     CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage, StageTime,
 };
+use crate::kvcache::{CacheEvent, CacheStats, PageState, PatchStream};
 
 /// Frame `i` of a camera circling the origin at `width`×`height` pixels, looking at a small
 /// cloud of `points` points.

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::pipeline::FrameResult;
+use crate::frame::FrameResult;
 use crate::record::RecordError;
 use crate::record::cache_codec::CacheRecord;
 use crate::record::codec::{self, IndexEntry, NO_FRAME, Notice, PoseRecord};
@@ -79,10 +79,10 @@ impl<W: Write> SessionWriter<W> {
     /// leaves no trace.
     pub fn write_frame(&mut self, r: &FrameResult, t_s: f64) -> Result<(), RecordError> {
         let frame = r.frame;
-        let encode_err = |what: String| RecordError::Encode {
+        let encode_err = |what: codec::CodecError| RecordError::Encode {
             path: self.path.clone(),
             frame,
-            what,
+            what: what.to_string(),
         };
         let mut parts: Vec<(RecordKind, Vec<u8>)> = Vec::with_capacity(9);
         parts.push((

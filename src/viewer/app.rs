@@ -14,8 +14,9 @@ use super::control::{ViewerControl, ViewerEvent};
 use super::fps::FpsMeter;
 use super::history::StreamHistory;
 use super::panels::{self, ControlState, InputThumbnails, TimelineState};
+use crate::frame::FrameResult;
 use crate::kvcache::CacheEvent;
-use crate::pipeline::{FrameResult, KeyframeRule};
+use crate::pipeline::KeyframeRule;
 use crate::record::RecorderStatus;
 
 /// Results ingested per repaint at most, so a burst from a file source cannot stall the UI.
@@ -32,6 +33,8 @@ pub enum ViewerError {
     Window(String),
     #[error("could not save the screenshot to {path}: {reason}")]
     Screenshot { path: PathBuf, reason: String },
+    #[error("starting the {0} thread: {1}")]
+    Spawn(&'static str, #[source] std::io::Error),
 }
 
 /// When to take a screenshot and close on its own (headless checks).

@@ -13,7 +13,7 @@ use super::history::StreamHistory;
 use super::lines::{LineList, frustum_colour, frustum_indices};
 use super::panels::{GpuPointStats, RenderSettings, controls::ViewRequests};
 use super::render::{SceneFrame, SceneRenderer, ViewUniforms};
-use crate::pipeline::FrameResult;
+use crate::frame::FrameResult;
 
 /// Points kept on the GPU at most (24 bytes each: 1.5 GiB).
 pub const MAX_GPU_POINTS: u64 = 64 << 20;

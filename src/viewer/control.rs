@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::pipeline::{FrameResult, KeyframeRule};
+use crate::frame::FrameResult;
+use crate::pipeline::KeyframeRule;
 use crate::record::RecorderStatus;
 
 /// What the viewer receives, in order.

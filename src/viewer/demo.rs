@@ -4,10 +4,10 @@
 
 use glam::{Mat4, Quat, Vec3};
 
-use crate::kvcache::{CacheConfig, CacheEvent, PageTable, StepKind};
-use crate::pipeline::{
+use crate::frame::{
     CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage, StageTime,
 };
+use crate::kvcache::{CacheConfig, CacheEvent, PageTable, StepKind};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DemoConfig {
@@ -132,7 +132,9 @@ impl DemoStream {
         }
         // Taken mid-step, as the pipeline does after attention, so transient pages show.
         let page_map = self.table.page_map();
-        let _ = self.table.end_step();
+        if self.table.end_step().is_err() {
+            return CacheSnapshot::default();
+        }
         let mut events = Vec::new();
         if std::mem::take(&mut self.reset_pending) {
             events.push(CacheEvent::Reset);

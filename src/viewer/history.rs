@@ -8,8 +8,8 @@ use std::collections::VecDeque;
 use glam::Vec3;
 
 use super::lines::CameraPose;
+use crate::frame::{FrameResult, StageTime};
 use crate::kvcache::{CacheEvent, CacheStats, PageState};
-use crate::pipeline::{FrameResult, StageTime};
 
 /// Frames of latency kept for the plot and the median/p99.
 pub const LATENCY_HISTORY: usize = 300;

@@ -4,7 +4,7 @@
 use bytemuck::{Pod, Zeroable};
 use glam::{Mat4, Vec3};
 
-use crate::pipeline::{FrameType, Intrinsics};
+use crate::frame::{FrameType, Intrinsics};
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]

@@ -4,7 +4,8 @@
 //! * `app`: the eframe app (layout, draining results, exit/screenshot plan).
 //! * `cloud_view`, `camera`, `chunks`, `lines`, `render`, `shaders`: the 3D view.
 //! * `history`: what the panels show, accumulated from results; `panels`: the `_ui` functions.
-//! * `control`: messages to the pipeline; `demo`: a synthetic stream for tests and demos.
+//! * `control`: the window's messages in and out; `demo`: a synthetic stream for tests and demos.
+//! * `feed`: what feeds the window (a live pipeline, a replay, the demo), one way in for all.
 
 pub mod app;
 pub mod camera;
@@ -12,6 +13,7 @@ pub mod chunks;
 pub mod cloud_view;
 pub mod control;
 pub mod demo;
+pub mod feed;
 pub mod fps;
 pub mod history;
 pub mod lines;
@@ -19,5 +21,6 @@ pub mod panels;
 pub mod render;
 pub mod shaders;
 
-pub use app::{ExitPlan, ViewerApp, ViewerOptions, ViewerReport, run_viewer};
+pub use app::{ExitPlan, ViewerApp, ViewerError, ViewerOptions, ViewerReport, run_viewer};
 pub use control::{StreamSettings, ViewerControl, ViewerEvent};
+pub use feed::{FedRun, Feed, show};

@@ -2,7 +2,7 @@
 
 use eframe::egui::{self, Color32, ColorImage, TextureHandle, TextureOptions};
 
-use crate::pipeline::FrameResult;
+use crate::frame::FrameResult;
 
 /// Height of the depth and confidence thumbnails (the input image gets half as much again).
 const THUMBNAIL_HEIGHT: f32 = 120.0;

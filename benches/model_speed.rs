@@ -1,9 +1,9 @@
-//! CPU speed of the whole model with random weights (ignored by default: the full model takes
-//! minutes per frame on a small machine). Run with
-//! `cargo test --release --test model_speed -- --ignored --nocapture`; environment knobs:
-//! `SPEED_PRESET` (`tiny`, `full` or `both`, default `both`), `SPEED_FRAMES` (streaming frames
-//! after phase 1, default 2), `SPEED_SCALE` (scale frames, default 2), `SPEED_W`/`SPEED_H`
-//! (default 518×378). Peak memory: wrap the command in `/usr/bin/time -v`.
+//! CPU speed of the whole model with random weights, and of its largest linear layer. A bench,
+//! not a test: it times and prints, asserting nothing. Run with `cargo bench --bench model_speed`;
+//! environment knobs: `SPEED_PRESET` (`tiny`, `full` or `both`, default `tiny`: the full model
+//! takes minutes per frame on a small machine), `SPEED_FRAMES` (streaming frames after phase 1,
+//! default 2), `SPEED_SCALE` (scale frames, default 2), `SPEED_W`/`SPEED_H` (default 518×378).
+//! Peak memory: wrap the command in `/usr/bin/time -v`.
 
 use std::time::Instant;
 
@@ -67,10 +67,13 @@ fn time_preset(name: &str, mut cfg: ModelConfig) {
     }
 }
 
-#[test]
-#[ignore = "minutes of CPU time; run explicitly for the speed numbers"]
+fn main() {
+    cpu_speed();
+    linear_throughput();
+}
+
 fn cpu_speed() {
-    let preset = std::env::var("SPEED_PRESET").unwrap_or_else(|_| "both".into());
+    let preset = std::env::var("SPEED_PRESET").unwrap_or_else(|_| "tiny".into());
     if preset == "tiny" || preset == "both" {
         time_preset("tiny", ModelConfig::tiny());
     }
@@ -79,8 +82,6 @@ fn cpu_speed() {
     }
 }
 
-#[test]
-#[ignore = "timing only; run explicitly"]
 fn linear_throughput() {
     use streamrecon::model::ops::linear::Linear;
     let (rows, k, n) = (1005, 1024, 4096);
@@ -95,7 +96,8 @@ fn linear_throughput() {
     let x: Vec<f32> = (0..rows * k)
         .map(|i| ((i % 89) as f32 - 44.0) * 1e-2)
         .collect();
-    let _ = lin.forward(&x, rows);
+    // One call first, so the timed ones find the thread pool started and the pages touched.
+    std::hint::black_box(lin.forward(&x, rows));
     let t = Instant::now();
     let reps = 10;
     for _ in 0..reps {
