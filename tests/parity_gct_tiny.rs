@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use streamrecon::attention::AttentionLayout;
-use streamrecon::cli::parity::{ParityReport, WeightsChoice, run_parity};
+use streamrecon::parity::{ParityReport, WeightsChoice, run_parity};
 
 fn fixture_dir() -> Option<PathBuf> {
     common::gct_tiny_fixtures("kf1/config.json")

@@ -111,7 +111,7 @@ fn cpu_model(req: &ModelRequest) -> Result<Arc<dyn FrameModel>, ModelError> {
 /// tensor, a bad file) are not a reason to fall back: they would fail on the CPU too.
 fn gpu_model(req: &ModelRequest) -> Result<Result<Arc<dyn FrameModel>, String>, ModelError> {
     if let Err(why) = probe_cuda() {
-        return Ok(Err(why));
+        return Ok(Err(why.to_string()));
     }
     let (cfg, store) = open(req)?;
     match GpuFrameModel::load(cfg, store, req.device) {

@@ -26,6 +26,6 @@ pub enum Preference {
 }
 
 /// Whether CUDA can be used on this machine, and if not, why (a sentence for a person).
-pub fn probe_cuda() -> Result<cuda::DeviceInfo, String> {
+pub fn probe_cuda() -> Result<cuda::DeviceInfo, cuda::CudaError> {
     cuda::probe(0)
 }

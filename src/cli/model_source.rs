@@ -51,7 +51,7 @@ pub fn load(req: &ModelRequest) -> anyhow::Result<Arc<dyn FrameModel>> {
         anyhow::Error::new(e).context(context)
     })?;
     if let Some(why) = &loaded.cuda_unavailable {
-        eprintln!("CUDA unavailable ({why}); running the model on the CPU");
+        eprintln!("{why}; running the model on the CPU");
     }
     Ok(loaded.model)
 }

@@ -5,9 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 
 use crate::attention::AttentionLayout;
-/// Re-exported because `tests/parity_gct_tiny.rs` still imports them from here; they live in
-/// [`crate::parity`].
-pub use crate::parity::{ParityReport, WeightsChoice, run_parity};
+use crate::parity::{ParityReport, WeightsChoice, run_parity};
 
 #[derive(Debug, clap::Args)]
 pub struct ParityArgs {

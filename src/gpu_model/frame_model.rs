@@ -5,11 +5,11 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use crate::attention::AttentionLayout;
+use crate::frame::{CacheSnapshot, FramePoints, StageTime};
 use crate::model::weights::WeightStore;
 use crate::model::{ModelConfig, ModelError};
 use crate::pipeline::frame::PointFilter;
 use crate::pipeline::model::{FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions};
-use crate::pipeline::result::{CacheSnapshot, FramePoints, StageTime};
 
 use super::engine::{GpuModel, GpuSession, SessionConfig};
 

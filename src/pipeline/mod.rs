@@ -16,7 +16,6 @@ pub mod frame;
 pub mod inference;
 pub mod keyframe;
 pub mod model;
-pub mod result;
 pub mod summary;
 
 use std::sync::Arc;

@@ -19,26 +19,32 @@ pub struct DeviceInfo {
 }
 
 /// Checks, without panicking, that the driver library loads, a device `ordinal` exists and a
-/// context can be made on it. The error is a sentence for a person.
-pub fn probe(ordinal: usize) -> Result<DeviceInfo, String> {
+/// context can be made on it. The error ([`CudaError::Unavailable`]) is a sentence for a person.
+pub fn probe(ordinal: usize) -> Result<DeviceInfo, CudaError> {
+    let unavailable = CudaError::Unavailable;
     // SAFETY: only tries to dlopen the driver library; nothing is called through it.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(
+        return Err(unavailable(
             "the NVIDIA driver library (libcuda.so) was not found: no GPU driver on this machine"
                 .into(),
-        );
+        ));
     }
     let count = CudaContext::device_count()
-        .map_err(|e| format!("the CUDA driver did not initialise: {e}"))?;
+        .map_err(|e| unavailable(format!("the CUDA driver did not initialise: {e}")))?;
     if count <= 0 {
-        return Err("the CUDA driver found no GPU".into());
+        return Err(unavailable("the CUDA driver found no GPU".into()));
     }
     if ordinal >= count as usize {
-        return Err(format!("GPU {ordinal} requested but only {count} present"));
+        return Err(unavailable(format!(
+            "GPU {ordinal} requested but only {count} present"
+        )));
     }
-    let ctx = CudaContext::new(ordinal)
-        .map_err(|e| format!("could not create a CUDA context on GPU {ordinal}: {e}"))?;
-    info_of(&ctx).map_err(|e| format!("could not query GPU {ordinal}: {e}"))
+    let ctx = CudaContext::new(ordinal).map_err(|e| {
+        unavailable(format!(
+            "could not create a CUDA context on GPU {ordinal}: {e}"
+        ))
+    })?;
+    info_of(&ctx).map_err(|e| unavailable(format!("could not query GPU {ordinal}: {e}")))
 }
 
 fn info_of(ctx: &Arc<CudaContext>) -> Result<DeviceInfo, CudaError> {
@@ -65,7 +71,7 @@ impl CudaDevice {
     /// Opens GPU `ordinal` and loads every kernel (prebuilt CUBIN or NVRTC). Errors, never panics,
     /// when the driver or the GPU is missing.
     pub fn open(ordinal: usize) -> Result<Self, CudaError> {
-        probe(ordinal).map_err(CudaError::Unavailable)?;
+        probe(ordinal)?;
         let ctx = CudaContext::new(ordinal)?;
         let info = info_of(&ctx)?;
         let stream = ctx.new_stream()?;

@@ -26,18 +26,18 @@ fn headers() -> [(&'static str, String); 2] {
 const OPTIONS: &[&str] = &["-std=c++17", "-default-device"];
 
 /// Whether libnvrtc can be loaded (cudarc panics on first use otherwise).
-pub fn available() -> Result<(), String> {
+pub fn available() -> Result<(), CudaError> {
     // SAFETY: only tries to dlopen the library.
     if unsafe { sys::is_culib_present() } {
         Ok(())
     } else {
-        Err("libnvrtc.so was not found: put CUDA's lib directory on LD_LIBRARY_PATH (e.g. eval \"$(tools/cuda-toolchain)\")".into())
+        Err(CudaError::NvrtcUnavailable("libnvrtc.so was not found: put CUDA's lib directory on LD_LIBRARY_PATH (e.g. eval \"$(tools/cuda-toolchain)\")".into()))
     }
 }
 
 /// NVRTC's (major, minor) version.
 pub fn version() -> Result<(i32, i32), CudaError> {
-    available().map_err(CudaError::NvrtcUnavailable)?;
+    available()?;
     let (mut major, mut minor): (c_int, c_int) = (0, 0);
     // SAFETY: two out-pointers to live locals.
     let rc = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
@@ -48,7 +48,7 @@ pub fn version() -> Result<(i32, i32), CudaError> {
 
 /// Compiles `source` (file stem `name`) to a CUBIN for `target` (`sm_90a`, `sm_80`, ...); no cache.
 pub fn compile_cubin(name: &str, source: &str, target: &str) -> Result<Vec<u8>, CudaError> {
-    available().map_err(CudaError::NvrtcUnavailable)?;
+    available()?;
     let fail = |log: String| CudaError::Compile {
         kernel: name.to_owned(),
         target: target.to_owned(),
