@@ -5,6 +5,7 @@
 
 pub mod attention;
 pub mod backend;
+pub mod bench;
 pub mod capture;
 pub mod cli;
 pub mod error_chain;

@@ -1,0 +1,17 @@
+//! Benchmarks of the GPU engine (`streamrecon bench`), each returning a report the caller prints.
+//!
+//! - [`attention`]: one global-attention layer at the shapes of docs/performance.md, paged (our
+//!   kernel over the real `PageTable` plan) against the dense baseline (concatenate, then
+//!   attend), every kernel the GPU has, with the error of each against a host reference.
+//! - [`e2e`]: the whole model on the GPU frame by frame (random weights, synthetic images):
+//!   per-frame wall, GPU and host time, percentiles, a per-stage breakdown and device memory.
+//!
+//! Both need a CUDA GPU and say so when there is none. Timings belong here and in `benches/`,
+//! never in tests: a test that asserts a speed fails on a loaded or different machine.
+
+pub mod attention;
+pub mod cases;
+pub mod e2e;
+mod error;
+
+pub use error::BenchError;
