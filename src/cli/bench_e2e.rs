@@ -156,7 +156,7 @@ fn print_table(r: &E2eReport) {
     }
     let m = &r.device_memory;
     println!(
-        "| device memory: KV {:.2} GiB, arena {:.2} GiB, aggregator weights {:.2} GiB, camera cache {:.2} GiB | used {} |",
+        "| device memory: KV {:.2} GiB, arena {:.2} GiB, weights (heads included) {:.2} GiB, camera cache {:.2} GiB | used {} |",
         gib(m.kv_bytes),
         gib(m.arena_bytes),
         gib(m.weight_bytes),
