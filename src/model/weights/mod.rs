@@ -275,11 +275,16 @@ impl WeightStore {
     /// Remove a tensor, checking its shape, and return its values.
     pub fn take(&mut self, name: &str, expected: &[usize]) -> Result<Vec<f32>> {
         self.remove_checked(name, expected)?;
-        let data = self.read_values(name)?;
+        // Values already in memory move out as they are; a file-backed tensor is read now.
         if let Backing::Memory(values) = &mut self.backing {
-            values.remove(name);
+            return values
+                .remove(name)
+                .ok_or_else(|| ModelError::MissingTensor {
+                    path: self.source.clone(),
+                    name: name.to_owned(),
+                });
         }
-        Ok(data)
+        self.read_values(name)
     }
 
     /// Mark a tensor the model does not use at inference as used, checking its shape, without
