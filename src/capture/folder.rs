@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::error::CaptureError;
+use super::image_limits::{DecodeLimits, decode_limits, jpeg_is_complete};
 use super::{CapturedFrame, Source, ms_since};
 use crate::frame::RgbImage;
 
@@ -198,16 +199,47 @@ impl Source for ImageFolder {
     }
 }
 
-fn decode_bytes(path: &Path, bytes: Vec<u8>) -> Result<RgbImage, CaptureError> {
+/// Decodes an image file's bytes with the process-wide [`DecodeLimits`]. A free function with
+/// no state of its own, so decode threads can call it side by side.
+pub fn decode_bytes(path: &Path, bytes: Vec<u8>) -> Result<RgbImage, CaptureError> {
+    decode_bytes_limited(path, bytes, &decode_limits())
+}
+
+/// Decodes with explicit limits: the size the header declares is checked before any pixel
+/// memory is allocated, and with `reject_partial` a JPEG cut short is an error.
+pub fn decode_bytes_limited(
+    path: &Path,
+    bytes: Vec<u8>,
+    limits: &DecodeLimits,
+) -> Result<RgbImage, CaptureError> {
     use image::ImageDecoder;
     let bad = |reason: String| CaptureError::Decode {
         path: path.to_owned(),
         reason,
     };
-    let reader = image::ImageReader::new(std::io::Cursor::new(bytes))
+    if limits.reject_partial
+        && image::guess_format(&bytes).ok() == Some(image::ImageFormat::Jpeg)
+        && !jpeg_is_complete(&bytes)
+    {
+        return Err(bad(
+            "the JPEG ends before its image data does (a truncated file); --strict refuses \
+             partial images"
+                .into(),
+        ));
+    }
+    let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes))
         .with_guessed_format()
         .map_err(|e| bad(e.to_string()))?;
+    // The decoder's own allocation cap must not be below what the size limit lets through
+    // (RGBA8 plus the RGB8 copy); the size itself is checked below, from the header.
+    let mut decoder_limits = image::Limits::default();
+    decoder_limits.max_alloc = Some(limits.max_pixels.saturating_mul(8).max(512 << 20));
+    reader.limits(decoder_limits);
     let mut decoder = reader.into_decoder().map_err(|e| bad(e.to_string()))?;
+    let (width, height) = decoder.dimensions();
+    if let Some(why) = limits.refuse_size(width, height) {
+        return Err(bad(why));
+    }
     let orientation = decoder.orientation().map_err(|e| bad(e.to_string()))?;
     let mut img = image::DynamicImage::from_decoder(decoder).map_err(|e| bad(e.to_string()))?;
     img.apply_orientation(orientation);

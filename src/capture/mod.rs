@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod folder;
+pub mod image_limits;
 pub mod open;
 pub mod spec;
 pub mod synthetic;
@@ -16,7 +17,8 @@ use std::time::{Duration, Instant};
 use crate::frame::RgbImage;
 
 pub use error::CaptureError;
-pub use folder::{CorruptFilePolicy, ImageFolder};
+pub use folder::{CorruptFilePolicy, ImageFolder, decode_bytes, decode_bytes_limited};
+pub use image_limits::{DecodeLimits, decode_limits, set_decode_limits};
 pub use open::{SourceOptions, SyntheticPlay, open_source};
 pub use spec::InputSpec;
 pub use synthetic::{SyntheticScene, SyntheticSource, SyntheticView};

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::record::export::{CloudOptions, colmap, gather_cloud, glb, ply, tum};
+use crate::record::export::{
+    CloudOptions, OutputKind, OutputPlan, colmap, gather_cloud, glb, ply, tum,
+};
 use crate::record::{SESSION_FILE, SessionReader};
 
 #[derive(Debug, Clone, Args)]
@@ -34,6 +36,9 @@ pub struct ExportArgs {
     /// Depth of the GLB camera frustums (default: 5 % of the scene's extent).
     #[arg(long, value_name = "DEPTH")]
     pub frustum_size: Option<f32>,
+    /// Replace outputs that exist already (never the session itself).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// A session directory (as `run --out` makes) stands for the file inside it.
@@ -79,8 +84,26 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     {
         bail!("--frustum-size must be a positive length, got {d}");
     }
-    if args.min_confidence.is_nan() {
-        bail!("--min-confidence must be a number");
+    if !args.min_confidence.is_finite() {
+        bail!(
+            "--min-confidence must be a finite number, got {}",
+            args.min_confidence
+        );
+    }
+    // Every output is checked before anything is read or written: one refused output
+    // writes nothing at all.
+    let input = session_file(&args.session);
+    let mut plan = OutputPlan::new(&[&input], args.force);
+    let outputs = [
+        ("--ply", &args.ply, OutputKind::File),
+        ("--tum", &args.tum, OutputKind::File),
+        ("--colmap", &args.colmap, OutputKind::ColmapDir),
+        ("--glb", &args.glb, OutputKind::File),
+    ];
+    for (flag, path, kind) in outputs {
+        if let Some(path) = path {
+            plan.claim(flag, path, kind)?;
+        }
     }
     let reader = open_session(&args.session)?;
     println!(

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod bench_e2e;
 pub mod cache_sim;
 pub mod export;
+pub mod interrupt;
 pub mod model_source;
 pub mod parity;
 pub mod replay;

@@ -5,12 +5,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 
 use super::stream_args::{self, CameraArgs, ModelFlags, StreamArgs};
+use super::interrupt::{self, Interrupted};
 use super::{model_source, run_output};
 use crate::capture::{CorruptFilePolicy, InputSpec, SyntheticPlay, list_cameras};
 use crate::pipeline::{
@@ -192,8 +192,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         write_error = Some(e.into());
     }
     run_output::print_summary(&summary, &dir);
-    if interrupted.load(Ordering::SeqCst) {
-        println!("stopped:    interrupted (Ctrl-C); the session holds every frame processed");
+    if let Some(signal) = interrupted.signal() {
+        println!("stopped:    interrupted ({signal}); the session holds every frame processed");
     }
     run_output::print_recorded(&recorded);
     if let Some(e) = recorded.error {
@@ -270,24 +270,14 @@ fn load_model(args: &RunArgs) -> anyhow::Result<Arc<dyn FrameModel>> {
     model_source::load(&request)
 }
 
-/// Ctrl-C stops the pipeline the way the end of the input does, so the frames' JSON, the recording's
-/// index and summary.json are all written for the frames processed; a second Ctrl-C quits at
-/// once (the recording stays readable without its index). Returns whether it was pressed.
-fn stop_on_interrupt(control: crossbeam_channel::Sender<Control>) -> Arc<AtomicBool> {
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&interrupted);
-    let installed = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            eprintln!("\ninterrupted again: quitting without finishing the session");
-            std::process::exit(130);
-        }
-        eprintln!("\ninterrupted: finishing the session (Ctrl-C again to quit at once)");
+/// Ctrl-C, SIGTERM or SIGHUP stops the pipeline the way the end of the input does, so the
+/// frames' JSON, the recording's index and summary.json are all written for the frames
+/// processed; a second signal quits at once (the recording stays readable without its index).
+fn stop_on_interrupt(control: crossbeam_channel::Sender<Control>) -> Interrupted {
+    interrupt::on_interrupt("the run", move |name| {
+        eprintln!("\n{name}: finishing the session ({name} again to quit at once)");
         if control.send(Control::Stop).is_err() {
             // The pipeline has stopped already: the session is being finished anyway.
         }
-    });
-    if let Err(e) = installed {
-        tracing::warn!("Ctrl-C will end the run without finishing the session: {e}");
-    }
-    interrupted
+    })
 }

@@ -4,11 +4,12 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
 
-use super::model_source;
+use super::{interrupt, model_source};
 use super::stream_args::{self, CameraArgs, ModelFlags, StreamArgs};
 use crate::capture::{CorruptFilePolicy, InputSpec, SyntheticPlay};
 use crate::pipeline::{FrameModel, PipelineConfig, PointFilter};
@@ -183,6 +184,7 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
         recording_available: live,
         point_budget: args.point_budget,
         timeline: None,
+        close_requested: Some(close_on_interrupt()),
     };
     let fed = crate::viewer::show(feed, options).context("running the viewer")?;
     // A recording in progress gets its index only when the feed has stopped the pipeline.
@@ -228,6 +230,18 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Ctrl-C, SIGTERM or SIGHUP closes the window as its close button does: the pipeline stops
+/// and a recording in progress is finished with its index. A second signal quits at once.
+fn close_on_interrupt() -> Arc<AtomicBool> {
+    let close = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&close);
+    interrupt::on_interrupt("the viewer", move |name| {
+        eprintln!("\n{name}: closing the window and finishing any recording ({name} again to quit at once)");
+        flag.store(true, Ordering::SeqCst);
+    });
+    close
 }
 
 fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {

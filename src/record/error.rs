@@ -45,6 +45,13 @@ pub enum RecordError {
     },
     #[error("{path}: {what}")]
     Export { path: PathBuf, what: String },
+    /// An export output that would destroy an input or an existing file.
+    #[error("{flag} {path}: {what}")]
+    Output {
+        flag: String,
+        path: PathBuf,
+        what: String,
+    },
     #[error("{path} already holds files; choose a new session directory")]
     NotEmpty { path: PathBuf },
     #[error("{dir}: too many sessions named session-{stamp}")]

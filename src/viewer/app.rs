@@ -3,8 +3,9 @@
 //! given number of processed frames.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use eframe::egui::{self, Color32, RichText};
@@ -26,6 +27,8 @@ const MAX_POINTS_PER_REPAINT: u64 = 2_000_000;
 /// Repaints between the last needed frame arriving and the screenshot, so it is on screen.
 /// Also the repaints the closing frame-rate figure covers with every point loaded.
 const SETTLE_REPAINTS: u32 = 10;
+/// How often an idle window looks whether it was asked to close.
+const CLOSE_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ViewerError {
@@ -59,6 +62,9 @@ pub struct ViewerOptions {
     pub point_budget: Option<u64>,
     /// A replay: the timeline to show (scrub, play/pause, speed).
     pub timeline: Option<TimelineState>,
+    /// Set from outside (a signal: Ctrl-C, SIGTERM, SIGHUP) to close the window the way its
+    /// close button does, so the feed stops and a recording gets its index.
+    pub close_requested: Option<Arc<AtomicBool>>,
 }
 
 /// What a run of the viewer did, for the command line to print.
@@ -472,6 +478,13 @@ impl eframe::App for ViewerApp {
 
         self.advance_exit_plan(&ctx);
         self.update_report();
+        if let Some(close) = &self.options.close_requested {
+            if close.load(Ordering::SeqCst) {
+                ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            }
+            // An idle window repaints only on input: look at the flag a few times a second.
+            ctx.request_repaint_after(CLOSE_POLL);
+        }
         // A live stream: repaint continuously while frames may still come.
         if !self.source_ended || self.options.exit.exit_after.is_some() {
             ctx.request_repaint();

@@ -27,7 +27,21 @@ pub fn image_name(frame: u64) -> String {
     format!("frame_{frame:06}.jpg")
 }
 
+/// Writes the model into `dir`, built aside and swapped in whole: an older model there (which
+/// the caller's [`OutputPlan`](super::OutputPlan) let through) leaves no stale image behind.
 pub fn export_colmap(
+    dir: &Path,
+    reader: &SessionReader,
+    cloud: &Cloud,
+) -> Result<ColmapReport, RecordError> {
+    // The same refusal as the plan's, for callers that bring no plan: a folder that holds
+    // anything a COLMAP export does not write is never swapped away.
+    let mut plan = super::OutputPlan::new(&[reader.path()], true);
+    plan.claim("COLMAP folder", dir, super::OutputKind::ColmapDir)?;
+    super::output::write_dir(dir, |built| write_model(built, reader, cloud))
+}
+
+fn write_model(
     dir: &Path,
     reader: &SessionReader,
     cloud: &Cloud,

@@ -4,30 +4,16 @@
 pub mod cloud;
 pub mod colmap;
 pub mod glb;
+pub mod output;
 pub mod ply;
 pub mod tum;
 pub mod voxel;
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::Path;
-
 use glam::{Mat4, Quat, Vec3};
 
-use crate::record::RecordError;
 pub use cloud::{Cloud, CloudOptions, gather_cloud};
-
-/// Creates `path`, hands a buffered writer to `body`, flushes; every I/O error names the file.
-pub(crate) fn write_file(
-    path: &Path,
-    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
-) -> Result<(), RecordError> {
-    let file = File::create(path).map_err(|e| RecordError::io(path, e))?;
-    let mut w = BufWriter::new(file);
-    body(&mut w)
-        .and_then(|()| w.flush())
-        .map_err(|e| RecordError::io(path, e))
-}
+pub(crate) use output::write_file;
+pub use output::{OutputKind, OutputPlan};
 
 /// Rotation and translation of a rigid transform. The model's poses are rigid up to float
 /// noise; the rotation is re-orthonormalised through the quaternion.
