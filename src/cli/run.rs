@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
-use super::stream_args::{self, CameraArgs, ModelFlags, StreamArgs};
+use super::stream_args::{self, CameraArgs, ModelFlags, PointArgs, StreamArgs};
 use super::interrupt::{self, Interrupted};
 use super::{model_source, run_output};
 use crate::capture::{CorruptFilePolicy, InputSpec, SyntheticPlay, list_cameras};
@@ -50,7 +50,7 @@ pub struct RunArgs {
     #[command(flatten)]
     pub stream: StreamArgs,
     /// Stop after this many captured frames.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_frames: Option<u64>,
     #[command(flatten)]
     pub camera: CameraArgs,
@@ -58,14 +58,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub strict: bool,
     /// Frames of the synthetic input.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, allow_negative_numbers = true)]
     pub synthetic_frames: u64,
-    /// Points with confidence at or below this are dropped.
-    #[arg(long, default_value_t = 1.5)]
-    pub conf_threshold: f32,
-    /// Keep every n-th point that passes the confidence filter.
-    #[arg(long, default_value_t = 10)]
-    pub point_stride: usize,
+    #[command(flatten)]
+    pub points: PointArgs,
     /// Write the bundled synthetic sample (PNGs, depth, ground truth) to this folder and exit.
     #[arg(long, value_name = "DIR")]
     pub write_sample: Option<PathBuf>,
@@ -88,11 +84,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .out
         .clone()
         .context("--out SESSION is required: the directory the run writes")?;
-    let input = match &args.input {
+    let input = match args.input.as_deref() {
+        Some("demo") => bail!(
+            "--input demo is the viewer's simulated stream (`streamrecon view --input demo`); \
+             `run` takes webcam:N, webcam:NAME, synthetic or an image folder"
+        ),
         Some(s) => s.parse::<InputSpec>()?,
         None => super::stream_args::default_input(),
     };
     let config = pipeline_config(&args)?;
+    crate::capture::set_decode_limits(args.camera.decode_limits(args.strict)?);
     let source = stream_args::open_input(
         &input,
         &args.camera.source_options(
@@ -107,6 +108,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let model = load_model(&args)?;
     // Refuse a keyframe budget the model cannot hold before anything is written.
     let limits = model.limits();
+    stream_args::check_window(config.window, &limits)?;
     KeyframeScheduler::new(
         config.keyframes_for(source.as_ref(), &limits),
         limits.scale_frames,
@@ -196,6 +198,29 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         println!("stopped:    interrupted ({signal}); the session holds every frame processed");
     }
     run_output::print_recorded(&recorded);
+    let disk_full = recorded.disk_full
+        || write_error
+            .as_ref()
+            .and_then(|e| e.downcast_ref::<crate::record::RecordError>())
+            .is_some_and(|e| e.is_disk_full());
+    if disk_full {
+        println!("stopped:    the disk is full");
+        let cause = recorded
+            .error
+            .clone()
+            .or_else(|| write_error.as_ref().map(super::error_text))
+            .unwrap_or_default();
+        bail!(
+            "the disk holding {} is full: the run stopped after {} frames processed; the \
+             recording keeps the {} frames written before ({}, readable with `streamrecon \
+             export` and `replay`){}. Cause: {cause}",
+            out.display(),
+            summary.frames_processed,
+            recorded.frames_recorded,
+            recorded.path.display(),
+            run_output::missing_outputs(&dir)
+        );
+    }
     if let Some(e) = recorded.error {
         bail!("recording {}: {e}", recorded.path.display());
     }
@@ -223,8 +248,8 @@ fn model_flags(args: &RunArgs) -> ModelFlags<'_> {
 
 fn point_filter(args: &RunArgs) -> PointFilter {
     PointFilter {
-        min_confidence: args.conf_threshold,
-        stride: args.point_stride,
+        min_confidence: args.points.conf_threshold,
+        stride: args.points.point_stride,
     }
 }
 
@@ -245,7 +270,7 @@ fn write_sample(dir: &Path) -> anyhow::Result<()> {
 }
 
 fn pipeline_config(args: &RunArgs) -> anyhow::Result<PipelineConfig> {
-    let mut config = args.stream.pipeline_config(point_filter(args))?;
+    let mut config = args.stream.pipeline_config(args.points.filter()?)?;
     config.max_frames = args.max_frames;
     Ok(config)
 }

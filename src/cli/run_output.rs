@@ -82,3 +82,17 @@ pub fn print_recorded(recorded: &RecorderStatus) {
         }
     );
 }
+
+/// The end-of-run files that a failed finish did not write, for the message (empty if none).
+pub fn missing_outputs(dir: &SessionDir) -> String {
+    use crate::record::session_dir::{CLOUD_FILE, SUMMARY_FILE, TRAJECTORY_FILE};
+    let missing: Vec<&str> = [SUMMARY_FILE, CLOUD_FILE, TRAJECTORY_FILE]
+        .into_iter()
+        .filter(|name| !dir.path().join(name).exists())
+        .collect();
+    if missing.is_empty() {
+        String::new()
+    } else {
+        format!("; not written: {}", missing.join(", "))
+    }
+}

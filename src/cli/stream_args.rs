@@ -8,11 +8,13 @@ use anyhow::{Context, bail};
 
 use crate::attention::AttentionLayout;
 use crate::capture::{
-    CameraSelector, CorruptFilePolicy, InputSpec, Source, SourceOptions, SyntheticPlay,
-    list_cameras, open_source,
+    CameraSelector, CorruptFilePolicy, DecodeLimits, InputSpec, Source, SourceOptions,
+    SyntheticPlay, list_cameras, open_source,
 };
 use crate::pipeline::keyframe::TRAINED_VIEWS;
-use crate::pipeline::{KeyframePolicy, KeyframeRule, OnBudget, PipelineConfig, PointFilter};
+use crate::pipeline::{
+    KeyframePolicy, KeyframeRule, ModelLimits, OnBudget, PipelineConfig, PointFilter,
+};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct StreamArgs {
@@ -32,16 +34,44 @@ pub struct StreamArgs {
     /// What happens when the budget is spent.
     #[arg(long, value_enum, default_value_t = OnBudget::Freeze)]
     pub on_budget: OnBudget,
-    /// Sliding window of keyframes (default: the model config's).
+    /// Sliding window of keyframes (default: the model config's; at most the model's
+    /// temporal table).
     #[arg(long)]
     pub window: Option<usize>,
+}
+
+/// Refuses a `--window` the model cannot hold before anything is written: its RoPE table
+/// bounds the frames attention can ever see, so a larger window only allocates pages.
+pub fn check_window(window: Option<usize>, limits: &ModelLimits) -> anyhow::Result<()> {
+    if let Some(w) = window
+        && w > limits.max_frame_num
+    {
+        bail!(
+            "--window {w}: this model attends to at most {} frames (its temporal table, \
+             max_frame_num); give a window of at most that",
+            limits.max_frame_num
+        );
+    }
+    Ok(())
 }
 
 impl StreamArgs {
     /// The pipeline's settings from these options; `points` differs per command.
     pub fn pipeline_config(&self, points: PointFilter) -> anyhow::Result<PipelineConfig> {
         if points.stride == 0 {
-            bail!("--point-stride must be at least 1");
+            bail!("--point-stride must be at least 1, got 0");
+        }
+        if !points.min_confidence.is_finite() {
+            bail!(
+                "--conf-threshold must be a finite number, got {}",
+                points.min_confidence
+            );
+        }
+        if self.window == Some(0) {
+            bail!("--window must be at least 1 keyframe, got 0");
+        }
+        if self.view_budget == 0 {
+            bail!("--view-budget must be at least 1, got 0");
         }
         Ok(PipelineConfig {
             layout: self.attention,
@@ -54,6 +84,9 @@ impl StreamArgs {
 
     /// `None` leaves the rule to the pipeline, which picks it from the source.
     fn keyframe_policy(&self) -> anyhow::Result<Option<KeyframePolicy>> {
+        if self.keyframe_interval == Some(0) {
+            bail!("--keyframe-interval must be at least 1 (every frame a keyframe), got 0");
+        }
         let rule_text = self
             .keyframes
             .clone()
@@ -81,14 +114,58 @@ impl StreamArgs {
     }
 }
 
+/// Points kept per frame: `run` and `view` share the flags and their defaults.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PointArgs {
+    /// Points with confidence at or below this are dropped (a finite number; the model's
+    /// confidence is at least 1).
+    #[arg(long, default_value_t = DEFAULT_CONF_THRESHOLD, allow_negative_numbers = true)]
+    pub conf_threshold: f32,
+    /// Keep every n-th point that passes the confidence filter (at least 1).
+    #[arg(long, default_value_t = DEFAULT_POINT_STRIDE)]
+    pub point_stride: usize,
+}
+
+/// The confidence threshold of `run` and `view` by default.
+pub const DEFAULT_CONF_THRESHOLD: f32 = 1.5;
+/// Every 4th point: the viewer's long-standing default, now `run`'s too (it wrote every 10th).
+pub const DEFAULT_POINT_STRIDE: usize = 4;
+
+impl PointArgs {
+    /// The filter, with each value checked and its flag named.
+    pub fn filter(&self) -> anyhow::Result<PointFilter> {
+        if !self.conf_threshold.is_finite() {
+            bail!(
+                "--conf-threshold must be a finite number, got {}",
+                self.conf_threshold
+            );
+        }
+        if self.point_stride == 0 {
+            bail!("--point-stride must be at least 1, got 0");
+        }
+        Ok(PointFilter {
+            min_confidence: self.conf_threshold,
+            stride: self.point_stride,
+        })
+    }
+}
+
+/// The largest `--max-image-megapixels`: beyond it one image's decode alone needs tens of GB.
+const MAX_IMAGE_MEGAPIXELS: f64 = 1_000.0;
+
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct CameraArgs {
     /// Camera resolution request, `WIDTHxHEIGHT` (default: the camera's own).
     #[arg(long)]
     pub resolution: Option<String>,
     /// Camera frame-rate request (default: the camera's own).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub fps: Option<u32>,
+    /// Folder images above this many megapixels are refused from their header, before any
+    /// memory is taken for them (skipped with a warning naming the file; an error with
+    /// --strict). Default 64.
+    #[arg(long, value_name = "MP", allow_negative_numbers = true)]
+    pub max_image_megapixels: Option<f64>,
 }
 
 impl CameraArgs {
@@ -99,6 +176,9 @@ impl CameraArgs {
         synthetic: SyntheticPlay,
         corrupt_files: CorruptFilePolicy,
     ) -> anyhow::Result<SourceOptions> {
+        if self.fps == Some(0) {
+            bail!("--fps must be at least 1, got 0");
+        }
         Ok(SourceOptions {
             resolution: self
                 .resolution
@@ -109,6 +189,34 @@ impl CameraArgs {
             synthetic,
             corrupt_files,
         })
+    }
+}
+
+impl CameraArgs {
+    /// What a folder image may ask of memory; `strict` also refuses partial (cut) images.
+    pub fn decode_limits(&self, strict: bool) -> anyhow::Result<DecodeLimits> {
+        let mut limits = DecodeLimits {
+            reject_partial: strict,
+            ..DecodeLimits::default()
+        };
+        if let Some(mp) = self.max_image_megapixels {
+            if !(mp.is_finite() && mp > 0.0 && mp <= MAX_IMAGE_MEGAPIXELS) {
+                bail!(
+                    "--max-image-megapixels must be a number above 0 and at most \
+                     {MAX_IMAGE_MEGAPIXELS}, got {mp}"
+                );
+            }
+            limits.max_pixels = (mp * 1e6) as u64;
+        }
+        Ok(limits)
+    }
+
+    /// Checks every camera request even where no camera is opened (`view --input demo`), so a
+    /// mistyped value is never silently ignored.
+    pub fn check(&self) -> anyhow::Result<()> {
+        self.source_options(SyntheticPlay::Frames(1), CorruptFilePolicy::Skip)?;
+        self.decode_limits(false)?;
+        Ok(())
     }
 }
 
@@ -236,7 +344,8 @@ mod tests {
     #[test]
     fn bad_values_name_the_option() {
         let err = config(&["--keyframe-interval", "0"]).expect_err("interval 0");
-        assert!(err.to_string().contains("--keyframes `fixed:0`"), "{err}");
+        assert!(err.to_string().contains("--keyframe-interval"), "{err}");
+        assert!(!err.to_string().contains("fixed:0"), "{err}");
         // Values clap knows are refused by clap, with the ones it takes.
         for (option, bad) in [("--on-budget", "later"), ("--attention", "sparse")] {
             let err = parse(&[option, bad]).err().expect("refused").to_string();

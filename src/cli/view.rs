@@ -10,7 +10,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 
 use super::{interrupt, model_source};
-use super::stream_args::{self, CameraArgs, ModelFlags, StreamArgs};
+use super::stream_args::{self, CameraArgs, ModelFlags, PointArgs, StreamArgs};
 use crate::capture::{CorruptFilePolicy, InputSpec, SyntheticPlay};
 use crate::pipeline::{FrameModel, PipelineConfig, PointFilter};
 use crate::viewer::demo::DemoConfig;
@@ -47,20 +47,16 @@ pub struct ViewArgs {
     pub stream: StreamArgs,
     #[command(flatten)]
     pub camera: CameraArgs,
-    /// Points with confidence at or below this are not sent to the viewer.
-    #[arg(long, default_value_t = 1.5)]
-    pub conf_threshold: f32,
-    /// Keep every n-th point that passes the confidence filter.
-    #[arg(long, default_value_t = 4)]
-    pub point_stride: usize,
+    #[command(flatten)]
+    pub points: PointArgs,
     /// Save a PNG of the window before exiting (needs --exit-after).
     #[arg(long, value_name = "FILE")]
     pub screenshot: Option<PathBuf>,
     /// Close after this many processed frames (a headless check, e.g. under Xvfb).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub exit_after: Option<u64>,
     /// Frames per second of `--input demo`.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub demo_fps: f64,
     /// Image size of `--input demo`, `WIDTHxHEIGHT` (every pixel is a point: 640x480 makes
     /// 300 k points a frame, for load tests of the 3D view).
@@ -99,6 +95,10 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
     if args.exit_after == Some(0) {
         bail!("--exit-after must be at least 1");
     }
+    // Every flag is checked whatever the input, so a mistyped value is never ignored.
+    args.camera.check()?;
+    args.points.filter()?;
+    crate::capture::set_decode_limits(args.camera.decode_limits(false)?);
     // Said now rather than as a notice in a window that then records nothing.
     if let Some(path) = &args.record
         && path.exists()
@@ -256,13 +256,13 @@ fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
 
 fn point_filter(args: &ViewArgs) -> PointFilter {
     PointFilter {
-        min_confidence: args.conf_threshold,
-        stride: args.point_stride,
+        min_confidence: args.points.conf_threshold,
+        stride: args.points.point_stride,
     }
 }
 
 fn pipeline_config(args: &ViewArgs) -> anyhow::Result<PipelineConfig> {
-    args.stream.pipeline_config(point_filter(args))
+    args.stream.pipeline_config(args.points.filter()?)
 }
 
 /// The model to run and, for random weights, the notice the viewer must keep on screen.
@@ -306,8 +306,8 @@ mod tests {
     fn bare_defaults_are_clap_defaults() {
         let args = ViewArgs::default();
         assert_eq!(args.stream.attention, AttentionLayout::Paged);
-        assert_eq!(args.point_stride, 4);
-        assert!(args.conf_threshold > 1.0);
+        assert_eq!(args.points.point_stride, 4);
+        assert!(args.points.conf_threshold > 1.0);
         assert_eq!(args.demo_size, "96x72");
         assert!(args.input.is_none() && args.exit_after.is_none());
     }

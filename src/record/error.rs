@@ -60,7 +60,29 @@ pub enum RecordError {
     Spawn(#[source] io::Error),
 }
 
+/// Whether an I/O error means the disk (or the user's quota) has no room left.
+pub fn is_disk_full_io(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    const FULL: [i32; 2] = [28, 122]; // ENOSPC, EDQUOT
+    #[cfg(not(unix))]
+    const FULL: [i32; 0] = [];
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    ) || e.raw_os_error().is_some_and(|n| FULL.contains(&n))
+}
+
 impl RecordError {
+    /// A write failed because the disk is full: said as such, with what was kept.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            RecordError::Io { source, .. } | RecordError::Write { source, .. } => {
+                is_disk_full_io(source)
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
         Self::Io {
             path: path.into(),

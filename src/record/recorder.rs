@@ -90,6 +90,8 @@ pub struct RecorderStatus {
     pub bytes_written: u64,
     /// Why recording stopped early, for a message to the person.
     pub error: Option<String>,
+    /// It stopped because the disk (or the quota) is full.
+    pub disk_full: bool,
 }
 
 enum Item {
@@ -110,6 +112,7 @@ struct Shared {
     bytes: AtomicU64,
     stopped: AtomicBool,
     error: Mutex<Option<String>>,
+    disk_full: AtomicBool,
 }
 
 pub struct SessionRecorder {
@@ -224,6 +227,7 @@ impl SessionRecorder {
             results_not_recorded: s.not_recorded.load(Ordering::Acquire),
             bytes_written: s.bytes.load(Ordering::Acquire),
             error: s.error.lock().map(|e| e.clone()).unwrap_or_default(),
+            disk_full: s.disk_full.load(Ordering::Acquire),
         }
     }
 
@@ -339,7 +343,16 @@ fn record_loop<S: SessionSink>(
         Ok(())
     })();
     if let Err(e) = result {
-        shared.fail(format!("recording stopped: {e}"));
+        if e.is_disk_full() {
+            shared.disk_full.store(true, Ordering::Release);
+            let kept = shared.recorded.load(Ordering::Acquire);
+            shared.fail(format!(
+                "the disk is full: recording stopped; the file keeps the {kept} frames \
+                 recorded before ({e})"
+            ));
+        } else {
+            shared.fail(format!("recording stopped: {e}"));
+        }
     }
     // Dropping `rx` here makes later offers answer `Stopped`.
 }

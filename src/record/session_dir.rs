@@ -3,6 +3,7 @@
 //! and the cloud and trajectory (`points.ply`, `trajectory.tum`), written from the recording by
 //! the same exporters as `streamrecon export`, so the two never disagree on a format.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -79,7 +80,7 @@ impl SessionDir {
             path: path.clone(),
             what: e.to_string(),
         })?;
-        std::fs::write(&path, bytes).map_err(|e| RecordError::io(&path, e))?;
+        super::export::write_file_unsynced(&path, |w| w.write_all(&bytes))?;
         self.frames += 1;
         self.points += r.points.len() as u64;
         self.dropped += r.dropped_before;
@@ -108,7 +109,7 @@ impl SessionDir {
             path: path.clone(),
             what: e.to_string(),
         })?;
-        std::fs::write(&path, bytes).map_err(|e| RecordError::io(&path, e))?;
+        super::export::write_file(&path, |w| w.write_all(&bytes))?;
         let reader = SessionReader::open(self.session_file())?;
         let cloud = gather_cloud(&reader, CloudOptions::default())?;
         ply::export_ply(&self.dir.join(CLOUD_FILE), &cloud)?;

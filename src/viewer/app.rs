@@ -632,6 +632,7 @@ mod tests {
             results_not_recorded: 3,
             bytes_written: 2_500_000,
             error: Some("recording stopped: disk full".into()),
+            disk_full: true,
         };
         tx.send(ViewerEvent::Recording(Some(status.clone())))
             .expect("open");

@@ -12,7 +12,7 @@ pub mod voxel;
 use glam::{Mat4, Quat, Vec3};
 
 pub use cloud::{Cloud, CloudOptions, gather_cloud};
-pub(crate) use output::write_file;
+pub(crate) use output::{write_file, write_file_unsynced};
 pub use output::{OutputKind, OutputPlan};
 
 /// Rotation and translation of a rigid transform. The model's poses are rigid up to float

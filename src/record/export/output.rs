@@ -193,6 +193,23 @@ pub(crate) fn write_file(
     path: &Path,
     body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> Result<(), RecordError> {
+    write_via_temp(path, true, body)
+}
+
+/// [`write_file`] without the sync: for many small files written as a run goes (a frame's
+/// JSON), where a sync each would slow the run and the rename still keeps them whole.
+pub(crate) fn write_file_unsynced(
+    path: &Path,
+    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), RecordError> {
+    write_via_temp(path, false, body)
+}
+
+fn write_via_temp(
+    path: &Path,
+    sync: bool,
+    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), RecordError> {
     let parent = create_parent(path)?;
     let temp = tempfile::Builder::new()
         .prefix(&temp_prefix(path))
@@ -205,7 +222,9 @@ pub(crate) fn write_file(
         .and_then(|()| w.flush())
         .map_err(|e| RecordError::io(path, e))?;
     let file = w.into_inner().map_err(|e| RecordError::io(path, e.into_error()))?;
-    file.sync_all().map_err(|e| RecordError::io(path, e))?;
+    if sync {
+        file.sync_all().map_err(|e| RecordError::io(path, e))?;
+    }
     temp_path
         .persist(path)
         .map_err(|e| RecordError::io(path, e.error))?;
