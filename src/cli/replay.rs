@@ -16,6 +16,11 @@ use crate::viewer::feed::ReplayFeed;
 use crate::viewer::panels::TimelineState;
 use crate::viewer::{ExitPlan, ViewerOptions};
 
+/// Slower than a thousandth of the recorded pace or faster than a million times it is no
+/// replay anyone watches; such values are typos.
+const MIN_SPEED: f64 = 0.001;
+const MAX_SPEED: f64 = 1e6;
+
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
     /// The session file, or a session directory holding `session.srec`.
@@ -26,7 +31,7 @@ pub struct ReplayArgs {
     pub headless: bool,
     /// Playback speed: 1 is the recorded pace, 0 as fast as possible. Default: 1 in the
     /// window, 0 headless.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub speed: Option<f64>,
     /// First stream frame to play.
     #[arg(long, value_name = "FRAME")]
@@ -47,8 +52,11 @@ pub struct ReplayArgs {
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let speed = args.speed.unwrap_or(if args.headless { 0.0 } else { 1.0 });
-    if !speed.is_finite() || speed < 0.0 {
-        bail!("--speed must be 0 (as fast as possible) or a positive factor, got {speed}");
+    if !(speed == 0.0 || (MIN_SPEED..=MAX_SPEED).contains(&speed)) {
+        bail!(
+            "--speed must be 0 (as fast as possible) or a factor from {MIN_SPEED} to \
+             {MAX_SPEED}, got {speed}"
+        );
     }
     if let (Some(a), Some(b)) = (args.from, args.to)
         && a > b

@@ -313,7 +313,8 @@ pub fn encode_points(frame: u64, p: &FramePoints) -> DecodeResult<Vec<u8>> {
     Ok(w.into_vec())
 }
 
-pub fn decode_points(payload: &[u8]) -> DecodeResult<FramePoints> {
+/// The point count, checked against the payload's length (cheap: no point is decoded).
+pub fn check_points(payload: &[u8]) -> DecodeResult<usize> {
     let mut r = ByteReader::new(payload);
     let n = (|| {
         r.u64()?;
@@ -321,13 +322,51 @@ pub fn decode_points(payload: &[u8]) -> DecodeResult<FramePoints> {
     })()
     .ok_or_else(|| short("points"))? as usize;
     // Check the length before allocating: n comes from the file.
-    if payload.len() != 12 + n * 19 {
+    if Some(payload.len()) != n.checked_mul(19).and_then(|b| b.checked_add(12)) {
         return Err(format!(
-            "points payload of {} bytes cannot hold {n} points",
+            "points payload of {} bytes cannot hold the {n} points it declares",
             payload.len()
         )
         .into());
     }
+    Ok(n)
+}
+
+/// A depth or confidence map's declared size, checked against the payload (no value decoded).
+pub fn check_map(payload: &[u8]) -> DecodeResult<()> {
+    let mut r = ByteReader::new(payload);
+    let head = (|| Some((r.u64()?, r.u32()?, r.u32()?, r.u32()?)))();
+    let (_, _, _, count) = head.ok_or_else(|| short("map"))?;
+    if r.take(count as usize * 2).is_none() {
+        return Err(format!(
+            "map payload of {} bytes cannot hold the {count} values it declares",
+            payload.len()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// A JPEG part's header: the stored JPEG's own size must be the record's (read from the
+/// JPEG header only; the pixels are decoded when the frame is read).
+pub fn check_image(payload: &[u8]) -> DecodeResult<()> {
+    let (width, height, jpeg) = image_jpeg(payload)?;
+    let dims = image::ImageReader::with_format(std::io::Cursor::new(jpeg), image::ImageFormat::Jpeg)
+        .into_dimensions()
+        .map_err(|e| CodecError(format!("JPEG header: {e}")))?;
+    if dims != (width, height) {
+        return Err(format!(
+            "JPEG is {}x{}, the record says {width}x{height}",
+            dims.0, dims.1
+        )
+        .into());
+    }
+    Ok(())
+}
+
+pub fn decode_points(payload: &[u8]) -> DecodeResult<FramePoints> {
+    let n = check_points(payload)?;
+    let mut r = ByteReader::new(&payload[12..]);
     let mut out = FramePoints {
         xyz: Vec::with_capacity(n),
         rgb: Vec::with_capacity(n),

@@ -232,7 +232,16 @@ impl SessionReader {
                 Some(Err(p)) => self.issue(
                     e.offset,
                     IssueKind::Damaged,
-                    format!("{}; record skipped", problem_text(&p)),
+                    format!(
+                        "{} record{}: {}; record skipped",
+                        RecordKind::from_u16(e.kind).map_or("unknown", kind_name),
+                        if e.frame == codec::NO_FRAME {
+                            String::new()
+                        } else {
+                            format!(" of frame {}", e.frame)
+                        },
+                        problem_text(&p)
+                    ),
                 ),
                 None => self.issue(
                     e.offset,
@@ -257,11 +266,12 @@ impl SessionReader {
                 }
                 Err(problem) => match format::next_record(data, pos + 1) {
                     Some(next) => {
+                        let what = unverified_label(data, pos);
                         self.issue(
                             pos as u64,
                             IssueKind::Damaged,
                             format!(
-                                "{}; skipped {} bytes to the next record",
+                                "{what}{}; skipped {} bytes to the next record",
                                 problem_text(&problem),
                                 next.offset - pos
                             ),
@@ -279,7 +289,11 @@ impl SessionReader {
                             ),
                             RecordProblem::Damaged(d) => (
                                 IssueKind::Damaged,
-                                format!("{d}; the last {} bytes are skipped", end - pos),
+                                format!(
+                                    "{}{d}; the last {} bytes are skipped",
+                                    unverified_label(data, pos),
+                                    end - pos
+                                ),
                             ),
                         };
                         self.issue(pos as u64, kind, what);
@@ -343,18 +357,36 @@ impl SessionReader {
             );
             return;
         };
-        match kind {
-            RecordKind::FrameEnd => info.complete = true,
-            RecordKind::Intrinsics => match codec::decode_intrinsics(payload) {
-                Ok(k) => info.intrinsics = Some(k),
-                Err(e) => {
-                    self.issue(rec.offset as u64, IssueKind::Damaged, e.to_string());
-                    return;
+        // Each part is checked once here, so one damaged part costs that part alone: the
+        // frame stays, without it, and the damage is counted as an issue (an export or a
+        // replay never fails on it later).
+        let checked = match kind {
+            RecordKind::Intrinsics => codec::decode_intrinsics(payload).map(|k| {
+                info.intrinsics = Some(k);
+            }),
+            RecordKind::Points => codec::check_points(payload).map(|_| ()),
+            RecordKind::Depth | RecordKind::Confidence => codec::check_map(payload),
+            RecordKind::Image => codec::check_image(payload),
+            RecordKind::Cache => codec::decode_json_part::<CacheRecord>(payload).map(|_| ()),
+            RecordKind::Timings => codec::decode_timings(payload).map(|_| ()),
+            _ => Ok(()),
+        };
+        match checked {
+            Ok(()) => {
+                if kind == RecordKind::FrameEnd {
+                    info.complete = true;
                 }
-            },
-            _ => {}
+                info.parts.insert(kind, rec);
+            }
+            Err(e) => self.issue(
+                rec.offset as u64,
+                IssueKind::Damaged,
+                format!(
+                    "frame {frame}'s {} record: {e}; the frame is kept without it",
+                    kind_name(kind)
+                ),
+            ),
         }
-        info.parts.insert(kind, rec);
     }
 
     fn issue(&mut self, offset: u64, kind: IssueKind, what: String) {
@@ -486,6 +518,47 @@ fn frame_info(p: PoseRecord) -> FrameInfo {
         intrinsics: None,
         complete: false,
         parts: HashMap::new(),
+    }
+}
+
+/// A record kind as a person reads it.
+pub fn kind_name(kind: RecordKind) -> &'static str {
+    match kind {
+        RecordKind::Pose => "pose",
+        RecordKind::Intrinsics => "intrinsics",
+        RecordKind::Image => "image",
+        RecordKind::Depth => "depth",
+        RecordKind::Confidence => "confidence",
+        RecordKind::Points => "points",
+        RecordKind::Cache => "cache",
+        RecordKind::Timings => "timings",
+        RecordKind::FrameEnd => "frame-end",
+        RecordKind::Notice => "notice",
+        RecordKind::Index => "index",
+    }
+}
+
+/// What a damaged record's own header claims (kind, frame), so a warning says which frame
+/// lost what; `"what it claims: "`, or nothing when even the header is unreadable.
+fn unverified_label(bytes: &[u8], offset: usize) -> String {
+    let Some(head) = bytes.get(offset..offset + format::RECORD_HEADER_LEN) else {
+        return String::new();
+    };
+    if head[..4] != format::RECORD_MAGIC {
+        return String::new();
+    }
+    let Some(kind) = RecordKind::from_u16(u16::from_le_bytes([head[4], head[5]])) else {
+        return String::new();
+    };
+    let payload = offset + format::RECORD_HEADER_LEN;
+    let frame = bytes
+        .get(payload..payload + 8)
+        .filter(|_| kind.is_frame_part())
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes);
+    match frame {
+        Some(f) => format!("a {} record of frame {f} (by its unchecked header): ", kind_name(kind)),
+        None => format!("a {} record (by its unchecked header): ", kind_name(kind)),
     }
 }
 

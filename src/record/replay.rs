@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 use crate::frame::FrameResult;
 use crate::record::{Parts, RecordError, SessionReader};
 
+/// The longest a replay waits for one frame: recorded gaps beyond it are damage, not pace.
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReplayOptions {
     /// 1.0 is the recorded pace, 2.0 twice as fast; 0 (or less) plays as fast as possible.
@@ -148,7 +151,8 @@ impl Player {
         }
     }
 
-    /// Changes speed from the current position on (no jump).
+    /// Changes speed from the current position on (no jump). Any value is safe: NaN or
+    /// non-positive plays as fast as possible.
     pub fn set_speed(&mut self, speed: f64, now: Instant) {
         self.t_origin = self.t_of(self.pos);
         self.clock_origin = self.paused_at.unwrap_or(now);
@@ -165,8 +169,13 @@ impl Player {
             return Some(Duration::ZERO);
         }
         let due_s = (self.t_of(self.pos) - self.t_origin).max(0.0) / self.speed;
-        let due = self.clock_origin + Duration::from_secs_f64(due_s);
-        Some(due.saturating_duration_since(now))
+        // A damaged timestamp (far in the future) or an extreme speed makes a wait no clock
+        // can hold: such a frame is due now rather than never (and nothing panics).
+        let due = Duration::try_from_secs_f64(due_s)
+            .ok()
+            .filter(|d| *d <= MAX_WAIT)
+            .and_then(|d| self.clock_origin.checked_add(d));
+        Some(due.map_or(Duration::ZERO, |due| due.saturating_duration_since(now)))
     }
 
     /// Reads the next frame (whether or not it is due yet) and moves past it. A frame that
@@ -175,5 +184,46 @@ impl Player {
         let &i = self.order.get(self.pos)?;
         self.pos += 1;
         Some(self.reader.read_frame(i, parts).map(Arc::new))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::sample::sample_result;
+    use crate::record::SessionWriter;
+
+    /// A session of three frames, the middle one stamped `t_mid` seconds in.
+    fn session_with_times(times: [f64; 3]) -> Arc<SessionReader> {
+        let mut w = SessionWriter::new(Vec::new(), "mem.srec", &serde_json::json!({}))
+            .expect("writer");
+        for (i, &t) in times.iter().enumerate() {
+            w.write_frame(&sample_result(i as u64, 4, 3, 2), t).expect("frame");
+        }
+        let (bytes, _) = w.close().expect("close");
+        Arc::new(SessionReader::from_bytes("mem.srec", bytes).expect("read"))
+    }
+
+    #[test]
+    fn extreme_timestamps_and_speeds_never_panic() {
+        let now = Instant::now();
+        for times in [[0.0, 1e300, 2.0], [0.0, f64::MAX, f64::INFINITY], [0.0, 1e12, 1e13]] {
+            for speed in [1.0, 1e-300, 5e-324, 1e300, f64::MAX, f64::MIN_POSITIVE] {
+                let reader = session_with_times(times);
+                let mut p = Player::new(
+                    reader,
+                    ReplayOptions {
+                        speed,
+                        ..ReplayOptions::default()
+                    },
+                    now,
+                );
+                while let Some(wait) = p.wait(now) {
+                    assert!(wait <= MAX_WAIT, "{wait:?} at speed {speed} for {times:?}");
+                    p.next_frame(Parts::GEOMETRY);
+                }
+                assert!(p.is_finished());
+            }
+        }
     }
 }
