@@ -282,7 +282,8 @@ fn load_model(args: &RunArgs) -> anyhow::Result<Arc<dyn FrameModel>> {
         (Some(preset), None) => model_source::random(preset, config, args.backend)?,
         (None, Some(path)) => {
             let path = if path.as_os_str() == "hf" {
-                crate::model::weights::hub::download_default()?
+                // The terminal's bar is the whole report here.
+                model_source::hub_checkpoint(&|_| {})?
             } else {
                 path.clone()
             };

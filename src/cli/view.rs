@@ -164,8 +164,8 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
             let live = LiveFeed {
                 source,
                 config,
-                load_model: Box::new(move || -> Result<LoadedModel, LoadError> {
-                    let (model, notice) = load_model(&model_args)?;
+                load_model: Box::new(move |status| -> Result<LoadedModel, LoadError> {
+                    let (model, notice) = load_model(&model_args, status)?;
                     Ok(LoadedModel { model, notice })
                 }),
                 recording,
@@ -266,7 +266,11 @@ fn pipeline_config(args: &ViewArgs) -> anyhow::Result<PipelineConfig> {
 }
 
 /// The model to run and, for random weights, the notice the viewer must keep on screen.
-fn load_model(args: &ViewArgs) -> anyhow::Result<(Arc<dyn FrameModel>, Option<String>)> {
+/// `status` goes to the window's status bar (the download's progress).
+fn load_model(
+    args: &ViewArgs,
+    status: &dyn Fn(String),
+) -> anyhow::Result<(Arc<dyn FrameModel>, Option<String>)> {
     let config = model_source::config_file(args.model_config.as_deref())?;
     let random =
         |preset: &str, why: &str| -> anyhow::Result<(Arc<dyn FrameModel>, Option<String>)> {
@@ -285,10 +289,10 @@ fn load_model(args: &ViewArgs) -> anyhow::Result<(Arc<dyn FrameModel>, Option<St
     }
     let path = match &args.weights {
         Some(p) if p.as_os_str() != "hf" => p.clone(),
-        explicit => match crate::model::weights::hub::download_default() {
+        explicit => match model_source::hub_checkpoint(status) {
             Ok(p) => p,
             // Asked for the hub explicitly: its failure is the answer.
-            Err(e) if explicit.is_some() => return Err(e.into()),
+            Err(e) if explicit.is_some() => return Err(e),
             // The default: a window that runs beats no window; the notice says why.
             Err(e) => return random("tiny", &format!("no checkpoint ({e})")),
         },

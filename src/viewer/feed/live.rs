@@ -38,8 +38,9 @@ pub struct LoadedModel {
 /// Why the model could not load: any error will do, the window shows it with its causes.
 pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Loads the model on the feed's thread.
-pub type LoadModel = Box<dyn FnOnce() -> Result<LoadedModel, LoadError> + Send>;
+/// Loads the model on the feed's thread; lines given to the callback go to the window's
+/// status bar (a download's progress).
+pub type LoadModel = Box<dyn FnOnce(&dyn Fn(String)) -> Result<LoadedModel, LoadError> + Send>;
 
 /// How the live window records: where the toggle writes, and a file to start with.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +98,12 @@ impl LiveFeed {
             viewer,
             ViewerEvent::Status("loading the model…".to_string()),
         )?;
-        let LoadedModel { model, notice } = match (self.load_model)() {
+        let status = |line: String| {
+            if viewer.try_send(ViewerEvent::Status(line)).is_err() {
+                // The window is behind (or gone): the next report says the same, newer.
+            }
+        };
+        let LoadedModel { model, notice } = match (self.load_model)(&status) {
             Ok(m) => m,
             Err(e) => {
                 let why = one_line(e.as_ref());
