@@ -182,16 +182,30 @@ impl CacheConfig {
                 expected: "a positive number of tokens",
             });
         }
-        if self.special_pool.max_frames == 0 || self.special_pool.grow_frames == 0 {
+        let special = [
+            ("special_pool.max_frames", self.special_pool.max_frames),
+            ("special_pool.grow_frames", self.special_pool.grow_frames),
+        ];
+        for (field, value) in special {
+            if value == 0 {
+                return Err(CacheError::InvalidConfig {
+                    field,
+                    value: "0".into(),
+                    expected: "a positive number of frames",
+                });
+            }
+        }
+        // Page ids are u32 on the device; keep every count well inside it. The patch pool
+        // (scale frames + window) is named when it alone is too large, else the special cap.
+        let limit = u32::MAX as u64 / 2;
+        if self.patch_pool_pages() as u64 > limit {
             return Err(CacheError::InvalidConfig {
-                field: "special_pool",
-                value: format!("{:?}", self.special_pool),
-                expected: "max_frames and grow_frames both positive",
+                field: "sliding_window",
+                value: self.sliding_window.to_string(),
+                expected: "a window whose pages fit in 31 bits",
             });
         }
-        // Page ids are u32 on the device; keep every count well inside it.
-        let pages = self.max_pages_u64();
-        if pages > u32::MAX as u64 / 2 {
+        if self.max_pages_u64() > limit {
             return Err(CacheError::InvalidConfig {
                 field: "special_pool.max_frames",
                 value: self.special_pool.max_frames.to_string(),
@@ -204,7 +218,11 @@ impl CacheConfig {
     /// Patch pages: scale frames, the window, and one more frame that is appended before the
     /// oldest window frame is evicted (or that a non-keyframe borrows).
     pub fn patch_pool_pages(&self) -> usize {
-        (self.scale_frames + self.sliding_window + 1) * self.pages_per_frame()
+        // Saturating: the sizes come from flags and files, and validate() refuses the huge.
+        self.scale_frames
+            .saturating_add(self.sliding_window)
+            .saturating_add(1)
+            .saturating_mul(self.pages_per_frame())
     }
 
     /// Special pages the committed trajectory memory may use.
@@ -226,9 +244,9 @@ impl CacheConfig {
     }
 
     fn max_pages_u64(&self) -> u64 {
-        self.patch_pool_pages() as u64
-            + self.special_cap_pages() as u64
-            + self.special_reserve_pages() as u64
+        (self.patch_pool_pages() as u64)
+            .saturating_add(self.special_cap_pages() as u64)
+            .saturating_add(self.special_reserve_pages() as u64)
     }
 
     /// Pages host storage grows by at a time.

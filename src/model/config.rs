@@ -103,10 +103,20 @@ impl ModelConfig {
     }
 
     pub fn from_json_str(text: &str, source_name: &str) -> Result<Self> {
-        let cfg: ModelConfig = serde_json::from_str(text).map_err(|e| ModelError::BadConfig {
+        let bad = |reason: String| ModelError::BadConfig {
             source_name: source_name.to_owned(),
-            reason: e.to_string(),
-        })?;
+            reason,
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        // serde reads a struct from an array too (fields by position): a config is an object.
+        if !value.is_object() {
+            return Err(bad(format!(
+                "expected a JSON object of model settings (\"embed\": …), found {}",
+                json_kind(&value)
+            )));
+        }
+        let cfg: ModelConfig = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
         cfg.validate(source_name)?;
         Ok(cfg)
     }
@@ -426,6 +436,18 @@ impl ModelConfig {
     }
 }
 
+/// What a JSON value is, for a message.
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,3 +469,4 @@ mod tests {
         assert!(ModelConfig::from_json_str(text, "test").is_err());
     }
 }
+
