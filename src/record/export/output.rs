@@ -15,27 +15,29 @@ use crate::record::RecordError;
 /// replaced with `--force`; one holding anything else is not ours to delete.
 pub const COLMAP_ENTRIES: [&str; 4] = ["cameras.txt", "images.txt", "points3D.txt", "images"];
 
-/// A file or folder identity that survives symlinks and hard links.
+/// A file's identity, which survives symlinks and hard links: device and inode on Unix, the
+/// canonical path elsewhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Identity {
-    canonical: PathBuf,
     #[cfg(unix)]
     dev_ino: (u64, u64),
+    #[cfg(not(unix))]
+    canonical: PathBuf,
 }
 
 fn identity(path: &Path) -> Option<Identity> {
-    let canonical = path.canonicalize().ok()?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(&canonical).ok()?;
+        let meta = std::fs::metadata(path).ok()?;
         Some(Identity {
-            canonical,
             dev_ino: (meta.dev(), meta.ino()),
         })
     }
     #[cfg(not(unix))]
-    Some(Identity { canonical })
+    Some(Identity {
+        canonical: path.canonicalize().ok()?,
+    })
 }
 
 /// An absolute, symlink-free spelling of a path that may not exist yet: its nearest existing
