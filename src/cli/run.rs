@@ -210,13 +210,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .clone()
             .or_else(|| write_error.as_ref().map(super::error_text))
             .unwrap_or_default();
+        // Counted from the file itself: frames still in the recorder's buffer when the disk
+        // filled are not in it, whatever the recorder had been handed.
+        let kept = crate::record::SessionReader::open(&recorded.path)
+            .map(|r| r.frames().len() as u64)
+            .unwrap_or(0);
         bail!(
             "the disk holding {} is full: the run stopped after {} frames processed; the \
-             recording keeps the {} frames written before ({}, readable with `streamrecon \
+             recording keeps the {kept} frames written before ({}, readable with `streamrecon \
              export` and `replay`){}. Cause: {cause}",
             out.display(),
             summary.frames_processed,
-            recorded.frames_recorded,
             recorded.path.display(),
             run_output::missing_outputs(&dir)
         );
