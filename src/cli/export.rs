@@ -28,13 +28,13 @@ pub struct ExportArgs {
     #[arg(long, value_name = "FILE")]
     pub glb: Option<PathBuf>,
     /// Leave out points with confidence below this.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     pub min_confidence: f32,
     /// Downsample to one point per voxel of this edge length (scene units).
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true)]
     pub voxel: Option<f32>,
     /// Depth of the GLB camera frustums (default: 5 % of the scene's extent).
-    #[arg(long, value_name = "DEPTH")]
+    #[arg(long, value_name = "DEPTH", allow_hyphen_values = true)]
     pub frustum_size: Option<f32>,
     /// Replace outputs that exist already (never the session itself).
     #[arg(long)]

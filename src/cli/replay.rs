@@ -31,7 +31,7 @@ pub struct ReplayArgs {
     pub headless: bool,
     /// Playback speed: 1 is the recorded pace, 0 as fast as possible. Default: 1 in the
     /// window, 0 headless.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_hyphen_values = true)]
     pub speed: Option<f64>,
     /// First stream frame to play.
     #[arg(long, value_name = "FRAME")]

@@ -119,7 +119,7 @@ impl StreamArgs {
 pub struct PointArgs {
     /// Points with confidence at or below this are dropped (a finite number; the model's
     /// confidence is at least 1).
-    #[arg(long, default_value_t = DEFAULT_CONF_THRESHOLD, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = DEFAULT_CONF_THRESHOLD, allow_hyphen_values = true)]
     pub conf_threshold: f32,
     /// Keep every n-th point that passes the confidence filter (at least 1).
     #[arg(long, default_value_t = DEFAULT_POINT_STRIDE)]
