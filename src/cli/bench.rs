@@ -4,6 +4,7 @@
 //! ([`crate::bench::attention`]); `bench e2e` the whole model ([`crate::bench::e2e`]). Both need
 //! a CUDA GPU; without one they say why and fail.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -144,7 +145,8 @@ fn attention(args: &BenchArgs) -> anyhow::Result<()> {
     })?;
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.json {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+        // Through a temporary file: an interrupted write never leaves half a report.
+        crate::record::export::write_file(path, |w| w.write_all(json.as_bytes()))?;
     }
     println!("{json}");
     print_table(&report);

@@ -1,6 +1,8 @@
 //! `streamrecon bench e2e`: [`crate::bench::e2e`] (the whole model on the GPU, frame by frame)
 //! with its progress on stderr, a short table on stdout and, with `--json`, the whole report.
 
+use std::io::Write as _;
+
 use anyhow::{Context, bail};
 
 use super::bench::{BenchArgs, parse_kernel_choice, parse_kernel_name};
@@ -78,8 +80,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         }
     })?;
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
+        let json = serde_json::to_string_pretty(&report)?;
+        // Through a temporary file: an interrupted write never leaves half a report.
+        crate::record::export::write_file(path, |w| w.write_all(json.as_bytes()))?;
     }
     print_table(&report);
     Ok(())

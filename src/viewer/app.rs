@@ -522,7 +522,13 @@ fn save_png(image: &egui::ColorImage, path: &std::path::Path) -> Result<(), View
     let bytes: Vec<u8> = image.pixels.iter().flat_map(|c| c.to_array()).collect();
     let buffer = image::RgbaImage::from_raw(w as u32, h as u32, bytes)
         .ok_or_else(|| err("image size does not match its pixels".to_string()))?;
-    buffer.save(path).map_err(|e| err(e.to_string()))
+    let mut png = std::io::Cursor::new(Vec::new());
+    buffer
+        .write_to(&mut png, image::ImageFormat::Png)
+        .map_err(|e| err(e.to_string()))?;
+    // Through a temporary file renamed into place: never half a PNG.
+    crate::record::export::write_file(path, |w| std::io::Write::write_all(w, png.get_ref()))
+        .map_err(|e| err(e.to_string()))
 }
 
 /// Opens the window and runs until it is closed (or the exit plan closes it).
