@@ -119,8 +119,8 @@ fn tiny_run(out: &Path, input: &str, extra: &[&str]) -> Output {
 /// `t_s(i)` stamps frame i.
 fn write_session(path: &Path, n: u64, t_s: impl Fn(u64) -> f64) {
     let file = std::fs::File::create(path).expect("create");
-    let mut w = SessionWriter::new(file, path, &serde_json::json!({ "test": true }))
-        .expect("writer");
+    let mut w =
+        SessionWriter::new(file, path, &serde_json::json!({ "test": true })).expect("writer");
     for i in 0..n {
         w.write_frame(&sample_result(i, 16, 12, 20), t_s(i))
             .expect("frame");
@@ -142,11 +142,17 @@ fn replace_payload(path: &Path, kind: RecordKind, frame: u64, edit: impl Fn(&mut
     loop {
         let rec = format::record_at(&bytes, pos).expect("an intact record");
         let payload = &bytes[rec.payload_start..rec.payload_end];
-        let of_frame = payload.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        let of_frame = payload
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()));
         if rec.kind == kind as u16 && of_frame == Some(frame) {
             let mut new = payload.to_vec();
             edit(&mut new);
-            assert_eq!(new.len(), payload.len(), "same length keeps the index valid");
+            assert_eq!(
+                new.len(),
+                payload.len(),
+                "same length keeps the index valid"
+            );
             let encoded = format::encode_record(kind, &new);
             bytes[rec.offset..rec.payload_end].copy_from_slice(&encoded);
             std::fs::write(path, bytes).expect("write");
@@ -193,7 +199,11 @@ fn png_declaring(width: u32, height: u32) -> Vec<u8> {
     ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // 8-bit RGB
     chunk(&mut out, b"IHDR", &ihdr);
     // zlib of a few zero bytes: the decoder gets going, then wants the rest.
-    chunk(&mut out, b"IDAT", &[0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01]);
+    chunk(
+        &mut out,
+        b"IDAT",
+        &[0x78, 0x9c, 0x63, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01],
+    );
     chunk(&mut out, b"IEND", &[]);
     out
 }
@@ -267,12 +277,28 @@ fn export_onto_its_own_session_is_refused_and_the_session_survives() {
     let hard = dir.path().join("hard.ply");
     std::fs::hard_link(&session, &hard).expect("hard link");
     for (flag, path) in [("--glb", &link), ("--ply", &hard)] {
-        let out = run(&["export", dir.path().to_str().unwrap(), flag, path.to_str().unwrap(), "--force"]);
+        let out = run(&[
+            "export",
+            dir.path().to_str().unwrap(),
+            flag,
+            path.to_str().unwrap(),
+            "--force",
+        ]);
         refused(&out, &[flag, "input"]);
     }
-    let out = run(&["export", s, "--colmap", dir.path().to_str().unwrap(), "--force"]);
+    let out = run(&[
+        "export",
+        s,
+        "--colmap",
+        dir.path().to_str().unwrap(),
+        "--force",
+    ]);
     refused(&out, &["--colmap", "holds the session"]);
-    assert_eq!(std::fs::read(&session).expect("read"), before, "the session is intact");
+    assert_eq!(
+        std::fs::read(&session).expect("read"),
+        before,
+        "the session is intact"
+    );
     assert!(!tum.exists(), "a refused export writes nothing at all");
 }
 
@@ -306,8 +332,15 @@ fn every_output_gets_its_missing_folders_and_colmap_leaves_no_stale_image() {
     let session = session_in(dir.path(), 3);
     let s = session.to_str().unwrap();
     let p = |rel: &str| dir.path().join(rel).to_str().unwrap().to_owned();
-    let (ply, tum, glb, colmap) = (p("a/b/c.ply"), p("d/e/t.txt"), p("f/g/s.glb"), p("h/i/model"));
-    let out = run(&["export", s, "--ply", &ply, "--tum", &tum, "--glb", &glb, "--colmap", &colmap]);
+    let (ply, tum, glb, colmap) = (
+        p("a/b/c.ply"),
+        p("d/e/t.txt"),
+        p("f/g/s.glb"),
+        p("h/i/model"),
+    );
+    let out = run(&[
+        "export", s, "--ply", &ply, "--tum", &tum, "--glb", &glb, "--colmap", &colmap,
+    ]);
     assert!(out.status.success(), "{}", both(&out));
     for f in [&ply, &tum, &glb, &colmap] {
         assert!(Path::new(f).exists(), "{f} written");
@@ -319,8 +352,13 @@ fn every_output_gets_its_missing_folders_and_colmap_leaves_no_stale_image() {
     refused(&out, &["--colmap", "--force"]);
     let out = run(&["export", s, "--colmap", &colmap, "--force"]);
     assert!(out.status.success(), "{}", both(&out));
-    assert!(!stale.exists(), "the stale image of the older model is gone");
-    let images = std::fs::read_dir(Path::new(&colmap).join("images")).expect("images").count();
+    assert!(
+        !stale.exists(),
+        "the stale image of the older model is gone"
+    );
+    let images = std::fs::read_dir(Path::new(&colmap).join("images"))
+        .expect("images")
+        .count();
     assert_eq!(images, 3);
     // A folder that is not a COLMAP model is never swapped away, even with --force.
     let mine = dir.path().join("mine");
@@ -328,7 +366,10 @@ fn every_output_gets_its_missing_folders_and_colmap_leaves_no_stale_image() {
     std::fs::write(mine.join("thesis.tex"), b"keep").expect("write");
     let out = run(&["export", s, "--colmap", mine.to_str().unwrap(), "--force"]);
     refused(&out, &["thesis.tex", "not a COLMAP model"]);
-    assert_eq!(std::fs::read(mine.join("thesis.tex")).expect("read"), b"keep");
+    assert_eq!(
+        std::fs::read(mine.join("thesis.tex")).expect("read"),
+        b"keep"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -362,12 +403,19 @@ fn a_huge_png_in_a_folder_is_skipped_and_the_run_finishes_with_its_summary() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let folder = folder_with(dir.path(), 3, &[("001b.png", &png_declaring(200_000, 200_000))]);
+    let folder = folder_with(
+        dir.path(),
+        3,
+        &[("001b.png", &png_declaring(200_000, 200_000))],
+    );
     let out_dir = dir.path().join("s");
     let out = tiny_run(&out_dir, folder.to_str().unwrap(), &[]);
     let all = both(&out);
     assert!(out.status.success(), "{all}");
-    assert!(all.contains("001b.png") && all.contains("megapixels"), "{all}");
+    assert!(
+        all.contains("001b.png") && all.contains("megapixels"),
+        "{all}"
+    );
     assert!(out_dir.join("summary.json").exists(), "{all}");
     // With a lower limit every courthouse frame is refused too, by name.
     let out_dir = dir.path().join("s2");
@@ -377,7 +425,11 @@ fn a_huge_png_in_a_folder_is_skipped_and_the_run_finishes_with_its_summary() {
         &["--strict", "--max-image-megapixels", "0.01"],
     );
     refused(&out, &["000.png", "megapixels"]);
-    let out = tiny_run(&dir.path().join("s3"), folder.to_str().unwrap(), &["--max-image-megapixels", "nan"]);
+    let out = tiny_run(
+        &dir.path().join("s3"),
+        folder.to_str().unwrap(),
+        &["--max-image-megapixels", "nan"],
+    );
     refused(&out, &["--max-image-megapixels"]);
 }
 
@@ -399,7 +451,11 @@ fn strict_refuses_a_jpeg_cut_in_its_middle() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let folder = folder_with(dir.path(), 2, &[("001b.jpg", &cut)]);
-    let out = tiny_run(&dir.path().join("s"), folder.to_str().unwrap(), &["--strict"]);
+    let out = tiny_run(
+        &dir.path().join("s"),
+        folder.to_str().unwrap(),
+        &["--strict"],
+    );
     refused(&out, &["001b.jpg", "truncated"]);
 }
 
@@ -452,7 +508,11 @@ fn run_until_frames_then(signal_name: &str, shown: &str) {
             .expect("json");
     let processed = summary["frames_processed"].as_u64().expect("count");
     let recording = SessionReader::open(session.join("session.srec")).expect("recording");
-    assert!(recording.indexed(), "closed with its index: {:?}", recording.issues());
+    assert!(
+        recording.indexed(),
+        "closed with its index: {:?}",
+        recording.issues()
+    );
     assert_eq!(recording.frames().len() as u64, processed);
     assert!(session.join("points.ply").exists());
 }
@@ -480,7 +540,14 @@ fn sigterm_closes_the_viewer_and_finishes_its_recording() {
     };
     let display = format!(":{}", 90 + std::process::id() % 100);
     let mut server = Command::new(xvfb)
-        .args([display.as_str(), "-screen", "0", "1280x800x24", "-nolisten", "tcp"])
+        .args([
+            display.as_str(),
+            "-screen",
+            "0",
+            "1280x800x24",
+            "-nolisten",
+            "tcp",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -525,7 +592,10 @@ fn sigterm_closes_the_viewer_and_finishes_its_recording() {
             all.contains("could not open the viewer window") || all.contains("adapter"),
             "{why}: {all}"
         );
-        eprintln!("skipping: {why}: {}", all.lines().last().unwrap_or_default());
+        eprintln!(
+            "skipping: {why}: {}",
+            all.lines().last().unwrap_or_default()
+        );
         return;
     }
     signal(&child, "TERM");
@@ -556,12 +626,28 @@ fn a_points_record_that_does_not_fit_its_payload_costs_only_its_points() {
     assert_eq!(reader.frames().len(), 4, "every frame is kept");
     assert_eq!(reader.issues().len(), 1, "{:?}", reader.issues());
     let issue = reader.issues()[0].to_string();
-    assert!(issue.contains("frame 2") && issue.contains("points"), "{issue}");
+    assert!(
+        issue.contains("frame 2") && issue.contains("points"),
+        "{issue}"
+    );
     let s = session.to_str().unwrap();
     let p = |rel: &str| dir.path().join(rel).to_str().unwrap().to_owned();
-    let out = run(&["export", s, "--ply", &p("c.ply"), "--colmap", &p("colmap"), "--glb", &p("s.glb")]);
+    let out = run(&[
+        "export",
+        s,
+        "--ply",
+        &p("c.ply"),
+        "--colmap",
+        &p("colmap"),
+        "--glb",
+        &p("s.glb"),
+    ]);
     assert!(out.status.success(), "{}", both(&out));
-    assert!(both(&out).contains("60 points"), "3 frames of 20 points: {}", both(&out));
+    assert!(
+        both(&out).contains("60 points"),
+        "3 frames of 20 points: {}",
+        both(&out)
+    );
 }
 
 #[test]
@@ -580,7 +666,10 @@ fn a_bad_timings_or_cache_record_keeps_its_frame_and_is_counted() {
         assert!(out.status.success(), "{kind:?}: {all}");
         assert!(all.contains("replayed 4 of 4 frames"), "{kind:?}: {all}");
         assert!(all.contains("1 read issues"), "{kind:?}: {all}");
-        assert!(all.contains("frame 1"), "{kind:?}: the warning names the frame: {all}");
+        assert!(
+            all.contains("frame 1"),
+            "{kind:?}: the warning names the frame: {all}"
+        );
     }
 }
 
@@ -589,7 +678,12 @@ fn a_checksum_mismatch_names_the_frame_and_the_record_kind() {
     let dir = tempfile::tempdir().expect("tempdir");
     let session = session_in(dir.path(), 3);
     flip_payload_byte(&session, RecordKind::Depth, 1);
-    let out = run(&["export", session.to_str().unwrap(), "--tum", dir.path().join("t.txt").to_str().unwrap()]);
+    let out = run(&[
+        "export",
+        session.to_str().unwrap(),
+        "--tum",
+        dir.path().join("t.txt").to_str().unwrap(),
+    ]);
     let all = both(&out);
     assert!(out.status.success(), "{all}");
     assert!(all.contains("checksum"), "{all}");
@@ -670,8 +764,14 @@ fn a_full_disk_is_said_with_the_frames_kept_and_the_summary_printed() {
     let out = tiny_run(&session, COURTHOUSE, &[]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
-    assert!(stdout.contains("processed of"), "the run's summary: {stdout}");
-    assert!(stderr.contains("disk") && stderr.contains("full"), "{stderr}");
+    assert!(
+        stdout.contains("processed of"),
+        "the run's summary: {stdout}"
+    );
+    assert!(
+        stderr.contains("disk") && stderr.contains("full"),
+        "{stderr}"
+    );
     assert!(stderr.contains("keeps the"), "says what was kept: {stderr}");
     let reader = SessionReader::open(session.join("session.srec")).expect("readable");
     assert!(!reader.frames().is_empty(), "frames kept");
@@ -698,14 +798,26 @@ fn bad_flags_name_the_flag_and_what_was_expected() {
         args.extend_from_slice(extra);
         run(&args)
     };
-    let all = refused(&run(&["run", "--headless", "--input", "demo", "--out", &o]), &["view --input demo"]);
+    let all = refused(
+        &run(&["run", "--headless", "--input", "demo", "--out", &o]),
+        &["view --input demo"],
+    );
     assert!(!all.contains("synthetic, demo)"), "{all}");
-    refused(&run_with(&["--keyframe-interval", "0"]), &["--keyframe-interval"]);
+    refused(
+        &run_with(&["--keyframe-interval", "0"]),
+        &["--keyframe-interval"],
+    );
     refused(&run_with(&["--fps", "-5"]), &["--fps", "-5"]);
     refused(&run_with(&["--fps", "0"]), &["--fps"]);
-    refused(&run_with(&["--resolution", "abcxdef"]), &["--resolution", "abcxdef"]);
+    refused(
+        &run_with(&["--resolution", "abcxdef"]),
+        &["--resolution", "abcxdef"],
+    );
     for bad in ["nan", "inf", "-inf"] {
-        refused(&run_with(&["--conf-threshold", bad]), &["--conf-threshold", "finite"]);
+        refused(
+            &run_with(&["--conf-threshold", bad]),
+            &["--conf-threshold", "finite"],
+        );
     }
     refused(&run_with(&["--point-stride", "0"]), &["--point-stride"]);
     refused(&run_with(&["--max-frames", "-3"]), &["--max-frames"]);
@@ -714,23 +826,53 @@ fn bad_flags_name_the_flag_and_what_was_expected() {
         &run(&["view", "--input", "demo", "--resolution", "abcxdef"]),
         &["--resolution", "abcxdef"],
     );
-    refused(&run(&["view", "--input", "demo", "--conf-threshold", "nan"]), &["--conf-threshold"]);
-    refused(&run(&["export", "x", "--tum", "t", "--min-confidence", "inf"]), &["--min-confidence"]);
+    refused(
+        &run(&["view", "--input", "demo", "--conf-threshold", "nan"]),
+        &["--conf-threshold"],
+    );
+    refused(
+        &run(&["export", "x", "--tum", "t", "--min-confidence", "inf"]),
+        &["--min-confidence"],
+    );
     let all = refused(
-        &run(&["cache-sim", "--frames", "10", "--special-max-frames", "0", "--summary"]),
+        &run(&[
+            "cache-sim",
+            "--frames",
+            "10",
+            "--special-max-frames",
+            "0",
+            "--summary",
+        ]),
         &["--special-max-frames"],
     );
     assert!(!all.contains("SpecialPoolConfig"), "no Debug struct: {all}");
     refused(
-        &run(&["cache-sim", "--frames", "10", "--sliding-window", "4000000000", "--summary"]),
+        &run(&[
+            "cache-sim",
+            "--frames",
+            "10",
+            "--sliding-window",
+            "4000000000",
+            "--summary",
+        ]),
         &["--sliding-window"],
     );
     refused(
-        &run(&["cache-sim", "--frames", "10", "--sliding-window", "18446744073709551615", "--summary"]),
+        &run(&[
+            "cache-sim",
+            "--frames",
+            "10",
+            "--sliding-window",
+            "18446744073709551615",
+            "--summary",
+        ]),
         &["--sliding-window"],
     );
     refused(&run(&["cache-sim", "--frames", "-10"]), &["--frames"]);
-    assert!(!Path::new(&o).exists(), "no refused run leaves a session folder");
+    assert!(
+        !Path::new(&o).exists(),
+        "no refused run leaves a session folder"
+    );
 }
 
 #[test]
@@ -748,16 +890,30 @@ fn model_settings_that_cannot_work_are_refused_before_anything_is_written() {
     assert!(!o.exists(), "nothing written: {all}");
     // Tiny weights without their config: the hint is --model-config, not "model config".
     let out = run(&[
-        "run", "--headless", "--input", COURTHOUSE, "--out", o.to_str().unwrap(),
-        "--weights", TINY_WEIGHTS,
+        "run",
+        "--headless",
+        "--input",
+        COURTHOUSE,
+        "--out",
+        o.to_str().unwrap(),
+        "--weights",
+        TINY_WEIGHTS,
     ]);
     refused(&out, &["--model-config", "weights.safetensors"]);
     // A JSON array is no config.
     let array = dir.path().join("array.json");
     std::fs::write(&array, "[1, 2]").expect("write");
     let out = run(&[
-        "run", "--headless", "--input", COURTHOUSE, "--out", o.to_str().unwrap(),
-        "--weights", TINY_WEIGHTS, "--model-config", array.to_str().unwrap(),
+        "run",
+        "--headless",
+        "--input",
+        COURTHOUSE,
+        "--out",
+        o.to_str().unwrap(),
+        "--weights",
+        TINY_WEIGHTS,
+        "--model-config",
+        array.to_str().unwrap(),
     ]);
     refused(&out, &["array.json", "JSON object"]);
     // Weights cut short name the file.
@@ -765,8 +921,16 @@ fn model_settings_that_cannot_work_are_refused_before_anything_is_written() {
     let bytes = std::fs::read(Path::new(ROOT).join(TINY_WEIGHTS)).expect("fixture");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
     let out = run(&[
-        "run", "--headless", "--input", COURTHOUSE, "--out", o.to_str().unwrap(),
-        "--weights", cut.to_str().unwrap(), "--model-config", TINY_CONFIG,
+        "run",
+        "--headless",
+        "--input",
+        COURTHOUSE,
+        "--out",
+        o.to_str().unwrap(),
+        "--weights",
+        cut.to_str().unwrap(),
+        "--model-config",
+        TINY_CONFIG,
     ]);
     refused(&out, &["cut.safetensors"]);
     assert!(!o.exists());
@@ -836,7 +1000,11 @@ fn serve(
     seen.lock().expect("lock").push(range.clone());
     let (a, b) = range.split_once('-').unwrap_or(("0", ""));
     let start: usize = a.parse().unwrap_or(0);
-    let end = if b.is_empty() { body.len() - 1 } else { b.parse::<usize>().unwrap_or(0).min(body.len() - 1) };
+    let end = if b.is_empty() {
+        body.len() - 1
+    } else {
+        b.parse::<usize>().unwrap_or(0).min(body.len() - 1)
+    };
     let chunk = &body[start..=end];
     let head = format!(
         "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{end}/{}\r\n\
@@ -864,11 +1032,16 @@ fn serve(
 
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn hub_body() -> Vec<u8> {
-    (0..300_000u32).flat_map(|i| (i.wrapping_mul(2_654_435_761)).to_le_bytes()).collect()
+    (0..300_000u32)
+        .flat_map(|i| (i.wrapping_mul(2_654_435_761)).to_le_bytes())
+        .collect()
 }
 
 #[test]
@@ -886,7 +1059,10 @@ fn a_broken_download_resumes_reports_progress_and_is_verified() {
     let mut reports = Vec::new();
     let path = download_reporting(&req, &mut |p| reports.push(p.stage)).expect("resumed");
     let mut got = Vec::new();
-    std::fs::File::open(&path).expect("open").read_to_end(&mut got).expect("read");
+    std::fs::File::open(&path)
+        .expect("open")
+        .read_to_end(&mut got)
+        .expect("read");
     assert!(got == body, "the file is whole");
     let ranges = hub.ranges.lock().expect("lock").clone();
     assert!(
@@ -894,8 +1070,14 @@ fn a_broken_download_resumes_reports_progress_and_is_verified() {
         "the second transfer asked for the rest only: {ranges:?}"
     );
     let total = body.len() as u64;
-    assert!(reports.contains(&DownloadStage::Receiving { done: total, total }), "{reports:?}");
-    assert!(reports.contains(&DownloadStage::Verifying { total }), "{reports:?}");
+    assert!(
+        reports.contains(&DownloadStage::Receiving { done: total, total }),
+        "{reports:?}"
+    );
+    assert!(
+        reports.contains(&DownloadStage::Verifying { total }),
+        "{reports:?}"
+    );
 }
 
 #[test]
@@ -936,7 +1118,12 @@ fn offline_says_what_to_do_by_hand() {
     })
     .expect_err("offline");
     let msg = err.to_string();
-    for wanted in ["offline", "--weights", "lingbot-map-long.pt", "http://127.0.0.1:9/robbyant/lingbot-map/resolve/main/lingbot-map-long.pt"] {
+    for wanted in [
+        "offline",
+        "--weights",
+        "lingbot-map-long.pt",
+        "http://127.0.0.1:9/robbyant/lingbot-map/resolve/main/lingbot-map-long.pt",
+    ] {
         assert!(msg.contains(wanted), "`{wanted}` in {msg}");
     }
 }

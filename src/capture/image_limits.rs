@@ -91,8 +91,13 @@ mod tests {
 
     #[test]
     fn a_jpeg_without_its_end_marker_is_partial() {
-        assert!(jpeg_is_complete(&[0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 0xFF, 0xD9]));
+        assert!(jpeg_is_complete(&[
+            0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 0xFF, 0xD9
+        ]));
         assert!(!jpeg_is_complete(&[0xFF, 0xD8, 0xFF, 0xDA, 1, 2, 3]));
-        assert!(!jpeg_is_complete(&[0xFF, 0xD8, 0xFF, 0xD9]), "no scan at all");
+        assert!(
+            !jpeg_is_complete(&[0xFF, 0xD8, 0xFF, 0xD9]),
+            "no scan at all"
+        );
     }
 }

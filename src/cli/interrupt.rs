@@ -61,7 +61,9 @@ pub fn on_interrupt(what: &str, stop: impl Fn(&'static str) + Send + 'static) ->
             .spawn(move || {
                 for signal in signals.forever() {
                     let name = signal_name(signal);
-                    if flag.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).is_err()
+                    if flag
+                        .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_err()
                     {
                         eprintln!("\n{name} again: quitting without finishing");
                         std::process::exit(128 + signal);

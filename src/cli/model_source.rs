@@ -15,10 +15,8 @@ use super::backend_choice::BackendArg;
 /// terminal (when it is one) and each report also handed to `status` (the window's status bar).
 pub fn hub_checkpoint(status: &dyn Fn(String)) -> anyhow::Result<std::path::PathBuf> {
     use crate::model::weights::hub::{self, DownloadStage};
-    let bar = indicatif::ProgressBar::with_draw_target(
-        None,
-        indicatif::ProgressDrawTarget::stderr(),
-    );
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
     if let Ok(style) = indicatif::ProgressStyle::with_template(
         "{msg} {bar:30} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
     ) {

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 
-use super::stream_args::{self, CameraArgs, ModelFlags, PointArgs, StreamArgs};
 use super::interrupt::{self, Interrupted};
+use super::stream_args::{self, CameraArgs, ModelFlags, PointArgs, StreamArgs};
 use super::{model_source, run_output};
 use crate::capture::{CorruptFilePolicy, InputSpec, SyntheticPlay, list_cameras};
 use crate::pipeline::{

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context as _, bail};
 use clap::Args;
 
-use super::{interrupt, model_source};
 use super::stream_args::{self, CameraArgs, ModelFlags, PointArgs, StreamArgs};
+use super::{interrupt, model_source};
 use crate::capture::{CorruptFilePolicy, InputSpec, SyntheticPlay};
 use crate::pipeline::{FrameModel, PipelineConfig, PointFilter};
 use crate::viewer::demo::DemoConfig;
@@ -238,7 +238,9 @@ fn close_on_interrupt() -> Arc<AtomicBool> {
     let close = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&close);
     interrupt::on_interrupt("the viewer", move |name| {
-        eprintln!("\n{name}: closing the window and finishing any recording ({name} again to quit at once)");
+        eprintln!(
+            "\n{name}: closing the window and finishing any recording ({name} again to quit at once)"
+        );
         flag.store(true, Ordering::SeqCst);
     });
     close

@@ -469,4 +469,3 @@ mod tests {
         assert!(ModelConfig::from_json_str(text, "test").is_err());
     }
 }
-

@@ -351,9 +351,10 @@ pub fn check_map(payload: &[u8]) -> DecodeResult<()> {
 /// JPEG header only; the pixels are decoded when the frame is read).
 pub fn check_image(payload: &[u8]) -> DecodeResult<()> {
     let (width, height, jpeg) = image_jpeg(payload)?;
-    let dims = image::ImageReader::with_format(std::io::Cursor::new(jpeg), image::ImageFormat::Jpeg)
-        .into_dimensions()
-        .map_err(|e| CodecError(format!("JPEG header: {e}")))?;
+    let dims =
+        image::ImageReader::with_format(std::io::Cursor::new(jpeg), image::ImageFormat::Jpeg)
+            .into_dimensions()
+            .map_err(|e| CodecError(format!("JPEG header: {e}")))?;
     if dims != (width, height) {
         return Err(format!(
             "JPEG is {}x{}, the record says {width}x{height}",

@@ -557,7 +557,10 @@ fn unverified_label(bytes: &[u8], offset: usize) -> String {
         .and_then(|b| b.try_into().ok())
         .map(u64::from_le_bytes);
     match frame {
-        Some(f) => format!("a {} record of frame {f} (by its unchecked header): ", kind_name(kind)),
+        Some(f) => format!(
+            "a {} record of frame {f} (by its unchecked header): ",
+            kind_name(kind)
+        ),
         None => format!("a {} record (by its unchecked header): ", kind_name(kind)),
     }
 }

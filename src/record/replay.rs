@@ -190,15 +190,16 @@ impl Player {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::sample::sample_result;
     use crate::record::SessionWriter;
+    use crate::record::sample::sample_result;
 
     /// A session of three frames, the middle one stamped `t_mid` seconds in.
     fn session_with_times(times: [f64; 3]) -> Arc<SessionReader> {
-        let mut w = SessionWriter::new(Vec::new(), "mem.srec", &serde_json::json!({}))
-            .expect("writer");
+        let mut w =
+            SessionWriter::new(Vec::new(), "mem.srec", &serde_json::json!({})).expect("writer");
         for (i, &t) in times.iter().enumerate() {
-            w.write_frame(&sample_result(i as u64, 4, 3, 2), t).expect("frame");
+            w.write_frame(&sample_result(i as u64, 4, 3, 2), t)
+                .expect("frame");
         }
         let (bytes, _) = w.close().expect("close");
         Arc::new(SessionReader::from_bytes("mem.srec", bytes).expect("read"))
@@ -207,7 +208,11 @@ mod tests {
     #[test]
     fn extreme_timestamps_and_speeds_never_panic() {
         let now = Instant::now();
-        for times in [[0.0, 1e300, 2.0], [0.0, f64::MAX, f64::INFINITY], [0.0, 1e12, 1e13]] {
+        for times in [
+            [0.0, 1e300, 2.0],
+            [0.0, f64::MAX, f64::INFINITY],
+            [0.0, 1e12, 1e13],
+        ] {
             for speed in [1.0, 1e-300, 5e-324, 1e300, f64::MAX, f64::MIN_POSITIVE] {
                 let reader = session_with_times(times);
                 let mut p = Player::new(

@@ -212,7 +212,10 @@ fn verify(path: &Path, file: &str, report: &mut dyn FnMut(&DownloadProgress)) ->
         if let Err(e) = std::fs::remove_file(damaged)
             && e.kind() != std::io::ErrorKind::NotFound
         {
-            tracing::warn!("could not remove the damaged download {}: {e}", damaged.display());
+            tracing::warn!(
+                "could not remove the damaged download {}: {e}",
+                damaged.display()
+            );
         }
     }
     Err(ModelError::Download(format!(

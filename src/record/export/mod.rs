@@ -12,8 +12,8 @@ pub mod voxel;
 use glam::{Mat4, Quat, Vec3};
 
 pub use cloud::{Cloud, CloudOptions, gather_cloud};
-pub(crate) use output::{write_file, write_file_unsynced};
 pub use output::{OutputKind, OutputPlan};
+pub(crate) use output::{write_file, write_file_unsynced};
 
 /// Rotation and translation of a rigid transform. The model's poses are rigid up to float
 /// noise; the rotation is re-orthonormalised through the quaternion.

@@ -81,10 +81,7 @@ impl OutputPlan {
     /// `inputs`: every file the export reads. `force`: existing outputs may be replaced.
     pub fn new(inputs: &[&Path], force: bool) -> Self {
         Self {
-            inputs: inputs
-                .iter()
-                .map(|p| (resolved(p), identity(p)))
-                .collect(),
+            inputs: inputs.iter().map(|p| (resolved(p), identity(p))).collect(),
             claimed: Vec::new(),
             force,
         }
@@ -223,7 +220,9 @@ fn write_via_temp(
     body(&mut w)
         .and_then(|()| w.flush())
         .map_err(|e| RecordError::io(path, e))?;
-    let file = w.into_inner().map_err(|e| RecordError::io(path, e.into_error()))?;
+    let file = w
+        .into_inner()
+        .map_err(|e| RecordError::io(path, e.into_error()))?;
     if sync {
         file.sync_all().map_err(|e| RecordError::io(path, e))?;
     }
@@ -292,7 +291,10 @@ mod tests {
             let err = plan
                 .claim("--ply", &path, OutputKind::File)
                 .expect_err("refused");
-            assert!(err.to_string().contains("never writes onto its input"), "{err}");
+            assert!(
+                err.to_string().contains("never writes onto its input"),
+                "{err}"
+            );
         }
         let mut plan = OutputPlan::new(&[&input], true);
         let err = plan
