@@ -67,7 +67,9 @@ fn bad_values_are_named_and_exit_nonzero() {
     let out = streamrecon(&["cache-sim", "--frames", "5", "--patches-per-frame", "0"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("patches_per_frame = 0"), "{err}");
+    // The flag, not the cache's internal field (issue 20).
+    assert!(err.contains("--patches-per-frame 0"), "{err}");
+    assert!(!err.contains("patches_per_frame"), "{err}");
 
     let out = streamrecon(&[
         "cache-sim",
