@@ -55,7 +55,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     if !(speed == 0.0 || (MIN_SPEED..=MAX_SPEED).contains(&speed)) {
         bail!(
             "--speed must be 0 (as fast as possible) or a factor from {MIN_SPEED} to \
-             {MAX_SPEED}, got {speed}"
+             {MAX_SPEED}, got {speed:?}"
         );
     }
     if let (Some(a), Some(b)) = (args.from, args.to)
