@@ -40,7 +40,7 @@ impl DecodeLimits {
         if width > self.max_side || height > self.max_side || pixels > self.max_pixels {
             return Some(format!(
                 "the image declares {width}x{height} pixels ({:.1} megapixels), above the limit \
-                 of {:.1} megapixels and {} pixels a side (--max-image-megapixels raises it)",
+                 of {:.1} megapixels and {} pixels a side; refused before decoding",
                 pixels as f64 / 1e6,
                 self.max_pixels as f64 / 1e6,
                 self.max_side

@@ -241,6 +241,8 @@ pub fn image_jpeg(payload: &[u8]) -> DecodeResult<(u32, u32, &[u8])> {
 }
 
 pub fn decode_image(payload: &[u8]) -> DecodeResult<RgbImage> {
+    // The size is checked from the headers before any pixel memory is taken.
+    check_image(payload)?;
     let (width, height, jpeg) = image_jpeg(payload)?;
     let decoded = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg)
         .map_err(|e| CodecError(format!("JPEG decoding: {e}")))?
@@ -361,6 +363,11 @@ pub fn check_image(payload: &[u8]) -> DecodeResult<()> {
             dims.0, dims.1
         )
         .into());
+    }
+    // A recorded frame is a model input: far below the capture limit, which bounds it here
+    // so a crafted record cannot make a replay allocate gigabytes.
+    if let Some(why) = crate::capture::DecodeLimits::default().refuse_size(width, height) {
+        return Err(CodecError(why));
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use glam::Mat4;
 
@@ -115,6 +116,9 @@ pub struct SessionReader {
     frames: Vec<FrameInfo>,
     notices: Vec<Notice>,
     issues: Vec<ReadIssue>,
+    /// Damage found only when a frame's payload is decoded (a JPEG whose header reads but
+    /// whose data does not): counted as it is found, once per record.
+    late_issues: Mutex<Vec<ReadIssue>>,
     indexed: bool,
 }
 
@@ -177,6 +181,7 @@ impl SessionReader {
             frames: Vec::new(),
             notices: Vec::new(),
             issues: Vec::new(),
+            late_issues: Mutex::new(Vec::new()),
             indexed: false,
         };
         let records = match reader.records_from_index(header_end) {
@@ -414,8 +419,28 @@ impl SessionReader {
     pub fn notices(&self) -> &[Notice] {
         &self.notices
     }
-    pub fn issues(&self) -> &[ReadIssue] {
-        &self.issues
+    /// Everything wrong found so far: at open, and in frames read since.
+    pub fn issues(&self) -> Vec<ReadIssue> {
+        let mut all = self.issues.clone();
+        all.extend(self.late().iter().cloned());
+        all
+    }
+
+    fn late(&self) -> std::sync::MutexGuard<'_, Vec<ReadIssue>> {
+        // A reader that panicked mid-push left a whole Vec: its entries are still true.
+        self.late_issues.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn late_issue(&self, offset: u64, what: String) {
+        let mut late = self.late();
+        if !late.iter().any(|i| i.offset == offset) {
+            late.push(ReadIssue {
+                path: self.path.clone(),
+                offset,
+                kind: IssueKind::Damaged,
+                what,
+            });
+        }
     }
     /// Whether the file was closed (index and footer intact).
     pub fn indexed(&self) -> bool {
@@ -461,8 +486,18 @@ impl SessionReader {
                 format!("frame {i} requested, the session has {}", self.frames.len()),
             )
         })?;
+        // A JPEG that does not decode costs the frame its image only (counted in `issues`).
         let image = match self.part(i, RecordKind::Image).filter(|_| parts.image) {
-            Some((offset, p)) => codec::decode_image(p).map_err(|e| self.corrupt(offset, e))?,
+            Some((offset, p)) => codec::decode_image(p).unwrap_or_else(|e| {
+                self.late_issue(
+                    offset,
+                    format!(
+                        "frame {}'s image record: {e}; the frame is kept without its image",
+                        info.frame
+                    ),
+                );
+                RgbImage::default()
+            }),
             None => RgbImage::default(),
         };
         let map = |kind| -> Result<Vec<f32>, RecordError> {
@@ -569,5 +604,61 @@ fn problem_text(p: &RecordProblem) -> String {
     match p {
         RecordProblem::Incomplete => "record cut short".into(),
         RecordProblem::Damaged(d) => d.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::SessionWriter;
+    use crate::record::sample::sample_result;
+
+    /// A session of `n` frames in memory, with `edit` applied to frame 1's image payload (its
+    /// length kept, its checksum made right again).
+    fn session_with_image_edit(n: u64, edit: impl Fn(&mut [u8])) -> Vec<u8> {
+        let mut w = SessionWriter::new(Vec::new(), "mem.srec", &serde_json::json!({}))
+            .expect("writer");
+        for i in 0..n {
+            w.write_frame(&sample_result(i, 16, 12, 5), i as f64)
+                .expect("frame");
+        }
+        let (mut bytes, _) = w.close().expect("close");
+        let (_, _, mut pos) = format::decode_header(&bytes).expect("header");
+        loop {
+            let rec = format::record_at(&bytes, pos).expect("record");
+            let payload = &bytes[rec.payload_start..rec.payload_end];
+            if rec.kind == RecordKind::Image as u16 && codec::frame_of(payload) == Some(1) {
+                let mut new = payload.to_vec();
+                edit(&mut new);
+                let encoded = format::encode_record(RecordKind::Image, &new);
+                bytes[rec.offset..rec.payload_end].copy_from_slice(&encoded);
+                return bytes;
+            }
+            pos = rec.payload_end;
+        }
+    }
+
+    #[test]
+    fn an_image_record_declaring_a_huge_size_costs_only_the_image() {
+        // Record and JPEG agree on 65500x65500: decoding would take 12 GB.
+        let bytes = session_with_image_edit(3, |payload| {
+            payload[8..12].copy_from_slice(&65_500u32.to_le_bytes());
+            payload[12..16].copy_from_slice(&65_500u32.to_le_bytes());
+            let jpeg = &mut payload[16..];
+            let sof = jpeg
+                .windows(2)
+                .position(|w| w == [0xFF, 0xC0])
+                .expect("baseline JPEG");
+            jpeg[sof + 5..sof + 9].copy_from_slice(&[0xFF, 0xDC, 0xFF, 0xDC]);
+        });
+        let reader = SessionReader::from_bytes("mem.srec", bytes).expect("opens");
+        assert_eq!(reader.frames().len(), 3, "every frame is kept");
+        let issues = reader.issues();
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert!(issues[0].what.contains("frame 1's image"), "{issues:?}");
+        assert!(issues[0].what.contains("megapixels"), "{issues:?}");
+        let frame = reader.read_frame(1, Parts::ALL).expect("the frame reads");
+        assert_eq!(frame.image.width, 0, "without its image");
+        assert_eq!(frame.points.len(), 5, "with its other parts");
     }
 }
