@@ -827,6 +827,16 @@ fn bad_flags_name_the_flag_and_what_was_expected() {
         &["--resolution", "abcxdef"],
     );
     refused(
+        &run(&["view", "--input", "demo", "--demo-size", "100000x100000"]),
+        &["--demo-size"],
+    );
+    for fps in ["1e-310", "0", "nan", "1e9"] {
+        refused(
+            &run(&["view", "--input", "demo", "--demo-fps", fps]),
+            &["--demo-fps"],
+        );
+    }
+    refused(
         &run(&["view", "--input", "demo", "--conf-threshold", "nan"]),
         &["--conf-threshold"],
     );

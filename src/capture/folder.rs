@@ -238,7 +238,9 @@ pub fn decode_bytes_limited(
     let mut decoder = reader.into_decoder().map_err(|e| bad(e.to_string()))?;
     let (width, height) = decoder.dimensions();
     if let Some(why) = limits.refuse_size(width, height) {
-        return Err(bad(format!("{why} (--max-image-megapixels raises the limit)")));
+        return Err(bad(format!(
+            "{why} (--max-image-megapixels raises the limit)"
+        )));
     }
     let orientation = decoder.orientation().map_err(|e| bad(e.to_string()))?;
     let mut img = image::DynamicImage::from_decoder(decoder).map_err(|e| bad(e.to_string()))?;

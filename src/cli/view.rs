@@ -111,8 +111,8 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
     let (feed, source_label): (Box<dyn Feed>, String) = match args.input.as_deref() {
         Some("demo") => {
             let fps = args.demo_fps;
-            if !(fps.is_finite() && fps > 0.0) {
-                bail!("--demo-fps must be a positive number, got {fps}");
+            if !(0.01..=1000.0).contains(&fps) {
+                bail!("--demo-fps must be between 0.01 and 1000 frames per second, got {fps:?}");
             }
             let (width, height) = parse_size(&args.demo_size)?;
             if args.record.is_some() {
@@ -246,13 +246,18 @@ fn close_on_interrupt() -> Arc<AtomicBool> {
     close
 }
 
+/// The largest `--demo-size` side: every pixel is a point, so 4096×4096 is 16 M a frame.
+const MAX_DEMO_SIDE: u32 = 4096;
+
 fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
     let parsed = s
         .split_once(['x', 'X'])
         .and_then(|(w, h)| Some((w.trim().parse().ok()?, h.trim().parse().ok()?)));
     match parsed {
-        Some((w, h)) if w > 0 && h > 0 => Ok((w, h)),
-        _ => bail!("`{s}`: expected WIDTHxHEIGHT, both positive"),
+        Some((w, h)) if (1..=MAX_DEMO_SIDE).contains(&w) && (1..=MAX_DEMO_SIDE).contains(&h) => {
+            Ok((w, h))
+        }
+        _ => bail!("--demo-size `{s}`: expected WIDTHxHEIGHT, each from 1 to {MAX_DEMO_SIDE}"),
     }
 }
 
@@ -338,5 +343,9 @@ mod tests {
         assert_eq!(parse_size("640x480").ok(), Some((640, 480)));
         assert!(parse_size("0x4").is_err());
         assert!(parse_size("wide").is_err());
+        assert!(
+            parse_size("100000x100000").is_err(),
+            "every pixel is a point"
+        );
     }
 }

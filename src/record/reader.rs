@@ -616,8 +616,8 @@ mod tests {
     /// A session of `n` frames in memory, with `edit` applied to frame 1's image payload (its
     /// length kept, its checksum made right again).
     fn session_with_image_edit(n: u64, edit: impl Fn(&mut [u8])) -> Vec<u8> {
-        let mut w = SessionWriter::new(Vec::new(), "mem.srec", &serde_json::json!({}))
-            .expect("writer");
+        let mut w =
+            SessionWriter::new(Vec::new(), "mem.srec", &serde_json::json!({})).expect("writer");
         for i in 0..n {
             w.write_frame(&sample_result(i, 16, 12, 5), i as f64)
                 .expect("frame");

@@ -51,7 +51,10 @@ impl DemoFeed {
         viewer: &Sender<ViewerEvent>,
         controls: &Receiver<ViewerControl>,
     ) -> Result<(), ViewerGone> {
-        let period = Duration::from_secs_f64(1.0 / self.fps);
+        // Any rate is safe here: one the clock cannot hold becomes a frame a minute.
+        let period = Duration::try_from_secs_f64(1.0 / self.fps)
+            .unwrap_or(Duration::from_secs(60))
+            .min(Duration::from_secs(60));
         let mut stream = DemoStream::new(self.config);
         send(
             viewer,
