@@ -879,6 +879,27 @@ fn bad_flags_name_the_flag_and_what_was_expected() {
         &["--sliding-window"],
     );
     refused(&run(&["cache-sim", "--frames", "-10"]), &["--frames"]);
+    // Sizes whose products overflowed (a panic in a debug build, wrapped in release).
+    for flag in [
+        "--heads",
+        "--layers",
+        "--head-dim",
+        "--page-size",
+        "--patches-per-frame",
+        "--scale-frames",
+    ] {
+        refused(
+            &run(&[
+                "cache-sim",
+                "--frames",
+                "5",
+                flag,
+                "18446744073709551615",
+                "--summary",
+            ]),
+            &[flag],
+        );
+    }
     assert!(
         !Path::new(&o).exists(),
         "no refused run leaves a session folder"

@@ -110,6 +110,11 @@ pub struct CacheConfig {
     pub special_pool: SpecialPoolConfig,
 }
 
+/// The largest layer count, head count and head size a cache accepts (real models: ≤ 128).
+const MAX_MODEL_DIM: usize = 4096;
+/// The largest tokens per frame or per page a cache accepts (518×378 is 999).
+const MAX_TOKENS: usize = 1 << 20;
+
 impl CacheConfig {
     /// A cache with the model's defaults: 6 special tokens per frame, exact pages, f32 storage.
     pub fn new(
@@ -159,6 +164,7 @@ impl CacheConfig {
         2 * self.layers as u64 * self.page_elems() as u64 * self.dtype.bytes() as u64
     }
 
+    /// Refuses what the cache cannot hold, naming the field; after it every size product fits.
     pub fn validate(&self) -> Result<(), CacheError> {
         let positive = [
             ("layers", self.layers),
@@ -172,6 +178,34 @@ impl CacheConfig {
                     field,
                     value: value.to_string(),
                     expected: "a positive number",
+                });
+            }
+        }
+        // Each size bounded, so every product of them (a page's bytes over all layers) fits
+        // in 64 bits: sizes come from flags and files.
+        let bounded = [
+            ("layers", self.layers, MAX_MODEL_DIM, "at most 4096"),
+            ("heads", self.heads, MAX_MODEL_DIM, "at most 4096"),
+            ("head_dim", self.head_dim, MAX_MODEL_DIM, "at most 4096"),
+            (
+                "patches_per_frame",
+                self.patches_per_frame,
+                MAX_TOKENS,
+                "at most 1048576 tokens",
+            ),
+            (
+                "page_size",
+                self.page_size.unwrap_or(1),
+                MAX_TOKENS,
+                "at most 1048576 tokens",
+            ),
+        ];
+        for (field, value, max, expected) in bounded {
+            if value > max {
+                return Err(CacheError::InvalidConfig {
+                    field,
+                    value: value.to_string(),
+                    expected,
                 });
             }
         }
@@ -198,6 +232,14 @@ impl CacheConfig {
         // Page ids are u32 on the device; keep every count well inside it. The patch pool
         // (scale frames + window) is named when it alone is too large, else the special cap.
         let limit = u32::MAX as u64 / 2;
+        let scale_pages = self.scale_frames.saturating_mul(self.pages_per_frame());
+        if scale_pages as u64 > limit {
+            return Err(CacheError::InvalidConfig {
+                field: "scale_frames",
+                value: self.scale_frames.to_string(),
+                expected: "scale frames whose pages fit in 31 bits",
+            });
+        }
         if self.patch_pool_pages() as u64 > limit {
             return Err(CacheError::InvalidConfig {
                 field: "sliding_window",
