@@ -1,12 +1,16 @@
 //! Where frames come from: a webcam (nokhwa), an image folder, or the synthetic room.
 //!
-//! Every source yields packed 8-bit RGB with a capture time and an index, decoded on the
-//! thread that calls [`Source::next_frame`] (the pipeline's capture thread), so the inference
-//! thread never decodes. See docs/pipeline.md.
+//! Every source yields packed 8-bit RGB with a capture time and an index, decoded off the
+//! inference thread: a camera's frames on the thread that calls [`Source::next_frame`] (the
+//! pipeline's capture thread), files and the synthetic room on a small ordered pool of workers
+//! ahead of it ([`decode_pool`]). [`Paced`] turns any source into a live one at a fixed frame
+//! rate. See docs/pipeline.md.
 
+pub mod decode_pool;
 pub mod error;
 pub mod folder;
 pub mod open;
+pub mod paced;
 pub mod spec;
 pub mod synthetic;
 pub mod webcam;
@@ -18,6 +22,7 @@ use crate::frame::RgbImage;
 pub use error::CaptureError;
 pub use folder::{CorruptFilePolicy, ImageFolder};
 pub use open::{SourceOptions, SyntheticPlay, open_source};
+pub use paced::{Paced, Pacer};
 pub use spec::InputSpec;
 pub use synthetic::{SyntheticScene, SyntheticSource, SyntheticView};
 pub use webcam::{CameraRequest, CameraSelector, Webcam, list_cameras};
@@ -63,6 +68,12 @@ pub trait Source: Send {
     /// Problems met since the last call that did not stop the source (e.g. a skipped file).
     fn take_warnings(&mut self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Frames the source read but could not use (a file that did not decode) since the last
+    /// call: the pipeline counts them as captured and skipped.
+    fn take_skipped(&mut self) -> u64 {
+        0
     }
 }
 

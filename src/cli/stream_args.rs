@@ -89,6 +89,11 @@ pub struct CameraArgs {
     /// Camera frame-rate request (default: the camera's own).
     #[arg(long)]
     pub fps: Option<u32>,
+    /// Deliver a folder or the synthetic room at this many frames per second, as a live camera
+    /// would: inference takes the newest frame and the frames it had no time for count as
+    /// dropped.
+    #[arg(long, value_name = "FPS")]
+    pub pace: Option<f64>,
 }
 
 impl CameraArgs {
@@ -108,7 +113,17 @@ impl CameraArgs {
             fps: self.fps,
             synthetic,
             corrupt_files,
+            pace: self.pace.map(check_pace).transpose()?,
         })
+    }
+}
+
+/// `--pace` as given, if it is a frame rate a clock can keep.
+fn check_pace(fps: f64) -> anyhow::Result<f64> {
+    if fps.is_finite() && fps > 0.0 && fps <= 1000.0 {
+        Ok(fps)
+    } else {
+        bail!("--pace {fps}: expected frames per second, above 0 and at most 1000")
     }
 }
 

@@ -32,6 +32,9 @@ pub struct PipelineSummary {
     pub wall_s: f64,
     /// Processed frames per wall-clock second.
     pub fps: f64,
+    /// Seconds the inference thread spent handing results to consumers that were behind (a
+    /// lossless consumer with a full queue makes it wait; see `Delivery`).
+    pub consumer_wait_s: f64,
     /// Mean milliseconds per frame of each stage.
     pub mean_stage_ms: BTreeMap<String, f64>,
     pub input_ended: bool,
