@@ -66,12 +66,17 @@ pub struct RunArgs {
     /// Keep every n-th point that passes the confidence filter.
     #[arg(long, default_value_t = 10)]
     pub point_stride: usize,
+    /// Write only the per-frame JSON and summary.json to --out, no recording (and so no cloud
+    /// or trajectory, which come from it): inference's speed without the disk.
+    #[arg(long)]
+    pub no_recording: bool,
     /// Write the bundled synthetic sample (PNGs, depth, ground truth) to this folder and exit.
     #[arg(long, value_name = "DIR")]
     pub write_sample: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let launched = Instant::now();
     if args.list_cameras {
         print_cameras();
         return Ok(());
@@ -123,6 +128,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     eprintln!("input: {}", source.describe());
     eprintln!("model: {}", model.describe());
     let pipeline = Pipeline::start(source, model, config, outputs)?;
+    let pipeline_started = launched.elapsed().as_secs_f64();
     eprintln!("keyframes: {:?}", pipeline.keyframe_policy());
     let interrupted = stop_on_interrupt(pipeline.control());
 
@@ -136,20 +142,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         point_filter(&args),
     );
     header["keyframe_policy"] = format!("{:?}", pipeline.keyframe_policy()).into();
-    let recorder = SessionRecorder::create(
-        dir.session_file(),
-        &header,
-        RecorderOptions {
-            // Headless inference is far slower than the disk; a deep queue means the
-            // recorder never falls behind in practice (and says so in the file if it does).
-            queue: 1024,
-            ..RecorderOptions::default()
-        },
-    )?;
+    let recorder = if args.no_recording {
+        None
+    } else {
+        Some(SessionRecorder::create(
+            dir.session_file(),
+            &header,
+            RecorderOptions {
+                // A deep queue: the recorder never falls behind in practice (and says so in
+                // the file if it does).
+                queue: 1024,
+                ..RecorderOptions::default()
+            },
+        )?)
+    };
     let mut write_error: Option<anyhow::Error> = None;
     let mut summary = None;
     for event in events.iter() {
-        let offered = record_event(&recorder, &event);
+        let offered = recorder.as_ref().and_then(|r| record_event(r, &event));
         if offered == Some(Offer::Stopped) && write_error.is_none() {
             // The recorder's own error is in its status, reported at the end.
             pipeline.send(Control::Stop);
@@ -184,20 +194,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     progress.finish_and_clear();
     pipeline.join();
     let summary = summary.context("the pipeline ended without a summary")?;
-    let recorded = recorder.finish();
+    let recorded = recorder.map(SessionRecorder::finish);
     // The cloud and trajectory come from the recording, so it is finished first.
-    if let Err(e) = dir.finish(&summary)
+    let finished = match recorded {
+        Some(_) => dir.finish(&summary).map(|_| ()),
+        None => dir.write_summary(&summary),
+    };
+    if let Err(e) = finished
         && write_error.is_none()
     {
         write_error = Some(e.into());
     }
     run_output::print_summary(&summary, &dir);
+    if let Some(first) = summary.first_result_s {
+        println!(
+            "startup:    model ready {pipeline_started:.2} s after launch, first result at {:.2} s",
+            pipeline_started + first
+        );
+    }
     if interrupted.load(Ordering::SeqCst) {
         println!("stopped:    interrupted (Ctrl-C); the session holds every frame processed");
     }
-    run_output::print_recorded(&recorded);
-    if let Some(e) = recorded.error {
-        bail!("recording {}: {e}", recorded.path.display());
+    if let Some(recorded) = recorded {
+        run_output::print_recorded(&recorded);
+        if let Some(e) = recorded.error {
+            bail!("recording {}: {e}", recorded.path.display());
+        }
     }
     if let Some(e) = write_error {
         return Err(e.context(format!("writing the session {}", out.display())));

@@ -63,6 +63,9 @@ pub(crate) struct Inference {
     pub summary: PipelineSummary,
     pub stage_sums: StageSums,
     pub started: Instant,
+    /// When the first result went out, and how many had gone out then.
+    first_result: Option<(Instant, u64)>,
+    last_result: Option<Instant>,
     session: Option<Session>,
     paused: bool,
     input_done: bool,
@@ -101,6 +104,8 @@ impl Inference {
             summary,
             stage_sums: StageSums::default(),
             started: Instant::now(),
+            first_result: None,
+            last_result: None,
             session: None,
             paused: false,
             input_done: false,
@@ -484,6 +489,11 @@ impl Inference {
             FrameType::Keyframe => self.summary.keyframes += n as u64,
             FrameType::NonKeyframe => self.summary.non_keyframes += n as u64,
         }
+        let now = Instant::now();
+        if self.first_result.is_none() {
+            self.first_result = Some((now, n as u64));
+        }
+        self.last_result = Some(now);
         for r in results {
             self.summary.frames_processed += 1;
             self.stage_sums.add(&r);
@@ -538,6 +548,15 @@ impl Inference {
         self.summary.frames_skipped += c.skipped.load(Ordering::Relaxed);
         self.summary.wall_s = self.started.elapsed().as_secs_f64();
         self.summary.fps = self.summary.frames_processed as f64 / self.summary.wall_s.max(1e-9);
+        if let (Some((first, first_frames)), Some(last)) = (self.first_result, self.last_result) {
+            self.summary.first_result_s =
+                Some(first.saturating_duration_since(self.started).as_secs_f64());
+            let span = last.saturating_duration_since(first).as_secs_f64();
+            let after = self.summary.frames_processed.saturating_sub(first_frames);
+            if span > 0.0 {
+                self.summary.steady_fps = after as f64 / span;
+            }
+        }
         self.summary.mean_stage_ms = self.stage_sums.means();
         let summary = Box::new(std::mem::take(&mut self.summary));
         self.outputs.publish(PipelineEvent::Stopped(summary));

@@ -103,12 +103,7 @@ impl SessionDir {
 
     /// Writes `summary.json`, then the cloud and trajectory from the finished recording.
     pub fn finish(&self, summary: &impl Serialize) -> Result<Exported, RecordError> {
-        let path = self.dir.join(SUMMARY_FILE);
-        let bytes = serde_json::to_vec_pretty(summary).map_err(|e| RecordError::Export {
-            path: path.clone(),
-            what: e.to_string(),
-        })?;
-        std::fs::write(&path, bytes).map_err(|e| RecordError::io(&path, e))?;
+        self.write_summary(summary)?;
         let reader = SessionReader::open(self.session_file())?;
         let cloud = gather_cloud(&reader, CloudOptions::default())?;
         ply::export_ply(&self.dir.join(CLOUD_FILE), &cloud)?;
@@ -117,6 +112,18 @@ impl SessionDir {
             points: cloud.len(),
             poses,
         })
+    }
+}
+
+impl SessionDir {
+    /// Writes `summary.json` (all [`Self::finish`] does for a run without a recording).
+    pub fn write_summary(&self, summary: &impl Serialize) -> Result<(), RecordError> {
+        let path = self.dir.join(SUMMARY_FILE);
+        let bytes = serde_json::to_vec_pretty(summary).map_err(|e| RecordError::Export {
+            path: path.clone(),
+            what: e.to_string(),
+        })?;
+        std::fs::write(&path, bytes).map_err(|e| RecordError::io(&path, e))
     }
 }
 
