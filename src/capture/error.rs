@@ -23,6 +23,8 @@ pub enum CaptureError {
     },
     #[error("{}: no PNG or JPEG images in this folder", .0.display())]
     EmptyFolder(PathBuf),
+    #[error("frame worker: {0}")]
+    Worker(String),
     #[error("bad input `{input}`: {reason}")]
     BadInput { input: String, reason: String },
 }

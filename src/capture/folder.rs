@@ -1,4 +1,5 @@
-//! An image folder: PNG and JPEG files in natural order (`frame2` before `frame10`).
+//! An image folder: PNG and JPEG files in natural order (`frame2` before `frame10`), read and
+//! decoded ahead on a small ordered pool ([`OrderedPool`]) so decoding keeps up with a GPU.
 //!
 //! A file that cannot be decoded is skipped with a warning naming it (see
 //! [`CorruptFilePolicy`]); a long sequence is worth more than one broken frame. `--strict`
@@ -8,6 +9,7 @@ use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::decode_pool::{OrderedPool, default_workers};
 use super::error::CaptureError;
 use super::image_limits::{DecodeLimits, decode_limits, jpeg_is_complete};
 use super::{CapturedFrame, Source, ms_since};
@@ -31,8 +33,42 @@ pub struct ImageFolder {
     policy: CorruptFilePolicy,
     warnings: Vec<String>,
     skipped: Vec<PathBuf>,
+    /// Files that did not decode since the last [`Source::take_skipped`].
+    newly_skipped: u64,
     /// Nominal frame spacing for timestamps (files carry no capture time).
     frame_period: Duration,
+    /// Started at the first frame (opening a folder spawns nothing).
+    pool: Option<OrderedPool<PathBuf, FileOutcome>>,
+    workers: usize,
+}
+
+/// One file as a worker read and decoded it.
+struct FileOutcome {
+    path: PathBuf,
+    image: Result<RgbImage, CaptureError>,
+    read_ms: f64,
+    decode_ms: f64,
+}
+
+fn read_and_decode(path: PathBuf) -> FileOutcome {
+    let clock = Instant::now();
+    let bytes = std::fs::read(&path);
+    let read_ms = ms_since(clock);
+    let clock = Instant::now();
+    let image = match bytes {
+        // Decode from the bytes already read so the two timings stay apart.
+        Ok(bytes) => decode_bytes(&path, bytes),
+        Err(source) => Err(CaptureError::Io {
+            path: path.clone(),
+            source,
+        }),
+    };
+    FileOutcome {
+        path,
+        image,
+        read_ms,
+        decode_ms: ms_since(clock),
+    }
 }
 
 impl ImageFolder {
@@ -64,8 +100,37 @@ impl ImageFolder {
             policy,
             warnings: Vec::new(),
             skipped: Vec::new(),
+            newly_skipped: 0,
             frame_period: Duration::from_millis(100),
+            pool: None,
+            workers: default_workers(),
         })
+    }
+
+    /// Decode on this many worker threads (default: [`default_workers`]).
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// Keeps the pool's queue full with the next files.
+    fn fill_pool(&mut self) -> Result<(), CaptureError> {
+        if self.pool.is_none() {
+            let pool = OrderedPool::new("decode", self.workers, 2 * self.workers, read_and_decode)
+                .map_err(|e| CaptureError::Worker(format!("starting the decode threads: {e}")))?;
+            self.pool = Some(pool);
+        }
+        let Some(pool) = self.pool.as_mut() else {
+            return Ok(());
+        };
+        while pool.has_room()
+            && let Some(path) = self.files.get(self.next_file)
+        {
+            pool.submit(path.clone())
+                .map_err(|e| CaptureError::Worker(e.to_string()))?;
+            self.next_file += 1;
+        }
+        Ok(())
     }
 
     /// The files in the order they will be read.
@@ -140,25 +205,21 @@ pub fn decode_rgb8(path: &Path) -> Result<RgbImage, CaptureError> {
 
 impl Source for ImageFolder {
     fn next_frame(&mut self) -> Result<Option<CapturedFrame>, CaptureError> {
-        while let Some(path) = self.files.get(self.next_file).cloned() {
-            self.next_file += 1;
-            let clock = Instant::now();
-            let bytes = match std::fs::read(&path) {
-                Ok(b) => b,
-                Err(source) => return Err(CaptureError::Io { path, source }),
+        loop {
+            self.fill_pool()?;
+            let Some(next) = self.pool.as_mut().and_then(|p| p.next()) else {
+                return Ok(None);
             };
-            let capture_ms = ms_since(clock);
-            let clock = Instant::now();
-            // Decode from the bytes already read so the two timings stay apart.
-            let decoded = decode_bytes(&path, bytes);
-            let decode_ms = ms_since(clock);
-            let image = match decoded {
+            let done = next.map_err(|e| CaptureError::Worker(e.to_string()))?;
+            let image = match done.image {
                 Ok(img) => img,
+                // A file that cannot be read is as unusable as one that does not decode.
                 Err(err) => match self.policy {
                     CorruptFilePolicy::Stop => return Err(err),
                     CorruptFilePolicy::Skip => {
                         self.warnings.push(format!("skipped {err}"));
-                        self.skipped.push(path);
+                        self.skipped.push(done.path);
+                        self.newly_skipped += 1;
                         continue;
                     }
                 },
@@ -168,14 +229,15 @@ impl Source for ImageFolder {
             return Ok(Some(CapturedFrame {
                 index,
                 image,
-                timestamp: self.frame_period * index as u32,
+                timestamp: self
+                    .frame_period
+                    .saturating_mul(index.min(u32::MAX as u64) as u32),
                 captured_at: Instant::now(),
-                capture_ms,
-                decode_ms,
-                label: Some(file_name(&path)),
+                capture_ms: done.read_ms,
+                decode_ms: done.decode_ms,
+                label: Some(file_name(&done.path)),
             }));
         }
-        Ok(None)
     }
 
     fn is_live(&self) -> bool {
@@ -191,7 +253,12 @@ impl Source for ImageFolder {
     }
 
     fn remaining_hint(&self) -> Option<u64> {
-        Some((self.files.len() - self.next_file) as u64)
+        let queued = self.pool.as_ref().map_or(0, |p| p.outstanding());
+        Some((self.files.len() - self.next_file + queued) as u64)
+    }
+
+    fn take_skipped(&mut self) -> u64 {
+        std::mem::take(&mut self.newly_skipped)
     }
 
     fn take_warnings(&mut self) -> Vec<String> {

@@ -1,13 +1,17 @@
 //! Where frames come from: a webcam (nokhwa), an image folder, or the synthetic room.
 //!
-//! Every source yields packed 8-bit RGB with a capture time and an index, decoded on the
-//! thread that calls [`Source::next_frame`] (the pipeline's capture thread), so the inference
-//! thread never decodes. See docs/pipeline.md.
+//! Every source yields packed 8-bit RGB with a capture time and an index, decoded off the
+//! inference thread: a camera's frames on the thread that calls [`Source::next_frame`] (the
+//! pipeline's capture thread), files and the synthetic room on a small ordered pool of workers
+//! ahead of it ([`decode_pool`]). [`Paced`] turns any source into a live one at a fixed frame
+//! rate. See docs/pipeline.md.
 
+pub mod decode_pool;
 pub mod error;
 pub mod folder;
 pub mod image_limits;
 pub mod open;
+pub mod paced;
 pub mod spec;
 pub mod synthetic;
 pub mod webcam;
@@ -20,6 +24,7 @@ pub use error::CaptureError;
 pub use folder::{CorruptFilePolicy, ImageFolder, decode_bytes, decode_bytes_limited};
 pub use image_limits::{DecodeLimits, decode_limits, set_decode_limits};
 pub use open::{SourceOptions, SyntheticPlay, open_source};
+pub use paced::{Paced, Pacer};
 pub use spec::InputSpec;
 pub use synthetic::{SyntheticScene, SyntheticSource, SyntheticView};
 pub use webcam::{CameraRequest, CameraSelector, Webcam, list_cameras};
@@ -65,6 +70,12 @@ pub trait Source: Send {
     /// Problems met since the last call that did not stop the source (e.g. a skipped file).
     fn take_warnings(&mut self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Frames the source read but could not use (a file that did not decode) since the last
+    /// call: the pipeline counts them as captured and skipped.
+    fn take_skipped(&mut self) -> u64 {
+        0
     }
 }
 

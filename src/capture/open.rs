@@ -3,7 +3,7 @@
 
 use super::{
     CameraRequest, CaptureError, CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene,
-    SyntheticSource, Webcam,
+    SyntheticSource, Webcam, paced::Paced,
 };
 
 /// How the synthetic room plays.
@@ -14,6 +14,8 @@ pub enum SyntheticPlay {
     Live { fps: f64 },
     /// This many frames, as fast as inference takes them (a headless run).
     Frames(u64),
+    /// This many frames, paced like a camera at this frame rate (`--pace` on a headless run).
+    PacedFrames { fps: f64, frames: u64 },
 }
 
 /// Everything an input needs besides its spec.
@@ -25,6 +27,9 @@ pub struct SourceOptions {
     pub fps: Option<u32>,
     pub synthetic: SyntheticPlay,
     pub corrupt_files: CorruptFilePolicy,
+    /// Deliver a folder or the synthetic room at this frame rate, as a live source (a camera
+    /// keeps its own pace).
+    pub pace: Option<f64>,
 }
 
 /// Opens the input `spec` names.
@@ -38,7 +43,7 @@ pub fn open_source(
             resolution: options.resolution,
             fps: options.fps,
         })?),
-        InputSpec::Synthetic => match options.synthetic {
+        InputSpec::Synthetic => match paced_synthetic(options) {
             SyntheticPlay::Live { fps } => Box::new(SyntheticSource::live(
                 SyntheticScene {
                     frames: None,
@@ -50,9 +55,34 @@ pub fn open_source(
                 frames: Some(n),
                 ..SyntheticScene::default()
             })),
+            SyntheticPlay::PacedFrames { fps, frames } => Box::new(SyntheticSource::live(
+                SyntheticScene {
+                    frames: Some(frames),
+                    ..SyntheticScene::default()
+                },
+                fps,
+            )),
         },
-        InputSpec::Folder(dir) => Box::new(ImageFolder::open(dir, options.corrupt_files)?),
+        InputSpec::Folder(dir) => {
+            let folder = Box::new(ImageFolder::open(dir, options.corrupt_files)?);
+            match options.pace {
+                Some(fps) => Box::new(Paced::new(folder, fps)),
+                None => folder,
+            }
+        }
     })
+}
+
+/// The synthetic room's play with `pace` applied: a paced room is live at that rate (and keeps
+/// its frame count when it has one).
+fn paced_synthetic(options: &SourceOptions) -> SyntheticPlay {
+    match (options.pace, options.synthetic) {
+        (None, play) => play,
+        (Some(fps), SyntheticPlay::Live { .. }) => SyntheticPlay::Live { fps },
+        (Some(fps), SyntheticPlay::Frames(frames) | SyntheticPlay::PacedFrames { frames, .. }) => {
+            SyntheticPlay::PacedFrames { fps, frames }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -65,6 +95,7 @@ mod tests {
             fps: None,
             synthetic,
             corrupt_files: CorruptFilePolicy::Skip,
+            pace: None,
         }
     }
 

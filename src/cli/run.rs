@@ -62,12 +62,17 @@ pub struct RunArgs {
     pub synthetic_frames: u64,
     #[command(flatten)]
     pub points: PointArgs,
+    /// Write only the per-frame JSON and summary.json to --out, no recording (and so no cloud
+    /// or trajectory, which come from it): inference's speed without the disk.
+    #[arg(long)]
+    pub no_recording: bool,
     /// Write the bundled synthetic sample (PNGs, depth, ground truth) to this folder and exit.
     #[arg(long, value_name = "DIR")]
     pub write_sample: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let launched = Instant::now();
     if args.list_cameras {
         print_cameras();
         return Ok(());
@@ -125,6 +130,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     eprintln!("input: {}", source.describe());
     eprintln!("model: {}", model.describe());
     let pipeline = Pipeline::start(source, model, config, outputs)?;
+    let pipeline_started = launched.elapsed().as_secs_f64();
     eprintln!("keyframes: {:?}", pipeline.keyframe_policy());
     let interrupted = stop_on_interrupt(pipeline.control());
 
@@ -138,20 +144,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         point_filter(&args),
     );
     header["keyframe_policy"] = format!("{:?}", pipeline.keyframe_policy()).into();
-    let recorder = SessionRecorder::create(
-        dir.session_file(),
-        &header,
-        RecorderOptions {
-            // Headless inference is far slower than the disk; a deep queue means the
-            // recorder never falls behind in practice (and says so in the file if it does).
-            queue: 1024,
-            ..RecorderOptions::default()
-        },
-    )?;
+    let recorder = if args.no_recording {
+        None
+    } else {
+        Some(SessionRecorder::create(
+            dir.session_file(),
+            &header,
+            RecorderOptions {
+                // A deep queue: the recorder never falls behind in practice (and says so in
+                // the file if it does).
+                queue: 1024,
+                ..RecorderOptions::default()
+            },
+        )?)
+    };
     let mut write_error: Option<anyhow::Error> = None;
     let mut summary = None;
     for event in events.iter() {
-        let offered = record_event(&recorder, &event);
+        let offered = recorder.as_ref().and_then(|r| record_event(r, &event));
         if offered == Some(Offer::Stopped) && write_error.is_none() {
             // The recorder's own error is in its status, reported at the end.
             pipeline.send(Control::Stop);
@@ -186,19 +196,31 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     progress.finish_and_clear();
     pipeline.join();
     let summary = summary.context("the pipeline ended without a summary")?;
-    let recorded = recorder.finish();
+    let recorded = recorder.map(SessionRecorder::finish);
     // The cloud and trajectory come from the recording, so it is finished first.
-    if let Err(e) = dir.finish(&summary)
+    let finished = match recorded {
+        Some(_) => dir.finish(&summary).map(|_| ()),
+        None => dir.write_summary(&summary),
+    };
+    if let Err(e) = finished
         && write_error.is_none()
     {
         write_error = Some(e.into());
     }
     run_output::print_summary(&summary, &dir);
+    if let Some(first) = summary.first_result_s {
+        println!(
+            "startup:    model ready {pipeline_started:.2} s after launch, first result at {:.2} s",
+            pipeline_started + first
+        );
+    }
     if let Some(signal) = interrupted.signal() {
         println!("stopped:    interrupted ({signal}); the session holds every frame processed");
     }
-    run_output::print_recorded(&recorded);
-    let disk_full = recorded.disk_full
+    if let Some(recorded) = &recorded {
+        run_output::print_recorded(recorded);
+    }
+    let disk_full = recorded.as_ref().is_some_and(|r| r.disk_full)
         || write_error
             .as_ref()
             .and_then(|e| e.downcast_ref::<crate::record::RecordError>())
@@ -206,26 +228,36 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if disk_full {
         println!("stopped:    the disk is full");
         let cause = recorded
-            .error
-            .clone()
+            .as_ref()
+            .and_then(|r| r.error.clone())
             .or_else(|| write_error.as_ref().map(super::error_text))
             .unwrap_or_default();
         // Counted from the file itself: frames still in the recorder's buffer when the disk
         // filled are not in it, whatever the recorder had been handed.
-        let kept = crate::record::SessionReader::open(&recorded.path)
-            .map(|r| r.frames().len() as u64)
-            .unwrap_or(0);
+        let kept = match &recorded {
+            Some(r) => {
+                let frames = crate::record::SessionReader::open(&r.path)
+                    .map(|reader| reader.frames().len())
+                    .unwrap_or(0);
+                format!(
+                    "the recording keeps the {frames} frames written before ({}, readable with \
+                     `streamrecon export` and `replay`)",
+                    r.path.display()
+                )
+            }
+            None => format!("{} frames' JSON were written (no recording)", dir.frames()),
+        };
         bail!(
-            "the disk holding {} is full: the run stopped after {} frames processed; the \
-             recording keeps the {kept} frames written before ({}, readable with `streamrecon \
-             export` and `replay`){}. Cause: {cause}",
+            "the disk holding {} is full: the run stopped after {} frames processed; {kept}{}. \
+             Cause: {cause}",
             out.display(),
             summary.frames_processed,
-            recorded.path.display(),
             run_output::missing_outputs(&dir)
         );
     }
-    if let Some(e) = recorded.error {
+    if let Some(recorded) = recorded
+        && let Some(e) = recorded.error
+    {
         bail!("recording {}: {e}", recorded.path.display());
     }
     if let Some(e) = write_error {

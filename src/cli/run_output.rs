@@ -52,7 +52,22 @@ pub fn print_summary(s: &PipelineSummary, dir: &SessionDir) {
         "kinds:      {} scale, {} keyframes, {} non-keyframes; {} committed at the end; {} session(s)",
         s.scale_frames, s.keyframes, s.non_keyframes, s.committed_frames_at_end, s.sessions
     );
-    println!("speed:      {:.2} fps over {:.2} s", s.fps, s.wall_s);
+    println!(
+        "speed:      {:.2} fps over {:.2} s; {:.2} fps after the first result ({})",
+        s.fps,
+        s.wall_s,
+        s.steady_fps,
+        match s.first_result_s {
+            Some(t) => format!("{t:.2} s after the start"),
+            None => "no result".to_owned(),
+        }
+    );
+    if s.consumer_wait_s > 0.0005 {
+        println!(
+            "waited:     {:.3} s handing results to consumers that were behind",
+            s.consumer_wait_s
+        );
+    }
     let stages: Vec<String> = s
         .mean_stage_ms
         .iter()

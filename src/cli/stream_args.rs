@@ -166,6 +166,11 @@ pub struct CameraArgs {
     /// --strict). Default 64.
     #[arg(long, value_name = "MP", allow_negative_numbers = true)]
     pub max_image_megapixels: Option<f64>,
+    /// Deliver a folder or the synthetic room at this many frames per second, as a live camera
+    /// would: inference takes the newest frame and the frames it had no time for count as
+    /// dropped.
+    #[arg(long, value_name = "FPS", allow_negative_numbers = true)]
+    pub pace: Option<f64>,
 }
 
 impl CameraArgs {
@@ -188,11 +193,10 @@ impl CameraArgs {
             fps: self.fps,
             synthetic,
             corrupt_files,
+            pace: self.pace.map(check_pace).transpose()?,
         })
     }
-}
 
-impl CameraArgs {
     /// What a folder image may ask of memory; `strict` also refuses partial (cut) images.
     pub fn decode_limits(&self, strict: bool) -> anyhow::Result<DecodeLimits> {
         let mut limits = DecodeLimits {
@@ -217,6 +221,15 @@ impl CameraArgs {
         self.source_options(SyntheticPlay::Frames(1), CorruptFilePolicy::Skip)?;
         self.decode_limits(false)?;
         Ok(())
+    }
+}
+
+/// `--pace` as given, if it is a frame rate a clock can keep.
+fn check_pace(fps: f64) -> anyhow::Result<f64> {
+    if fps.is_finite() && fps > 0.0 && fps <= 1000.0 {
+        Ok(fps)
+    } else {
+        bail!("--pace {fps}: expected frames per second, above 0 and at most 1000")
     }
 }
 

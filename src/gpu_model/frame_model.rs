@@ -5,13 +5,17 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use crate::attention::AttentionLayout;
-use crate::frame::{CacheSnapshot, FramePoints, StageTime};
+use crate::frame::{CacheSnapshot, FramePoints, RgbImage, StageTime};
 use crate::model::weights::WeightStore;
 use crate::model::{ModelConfig, ModelError};
 use crate::pipeline::frame::PointFilter;
-use crate::pipeline::model::{FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions};
+use crate::pipeline::model::{
+    CallImages, FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions, Submitted,
+};
 
-use super::engine::{GpuModel, GpuSession, SessionConfig};
+use super::engine::{
+    GpuModel, GpuSession, GpuStepOutput, MAX_IN_FLIGHT, SessionConfig, StepImages,
+};
 
 pub struct GpuFrameModel {
     model: Arc<GpuModel>,
@@ -47,7 +51,11 @@ impl FrameModel for GpuFrameModel {
     }
 
     fn limits(&self) -> ModelLimits {
-        ModelLimits::of(self.model.config())
+        ModelLimits {
+            // Frames go up decoded; the resize runs on the device (gpu_model::preprocess).
+            preprocesses_on_device: true,
+            ..ModelLimits::of(self.model.config())
+        }
     }
 
     fn start_session(
@@ -76,28 +84,38 @@ struct GpuModelSession {
     lock: Arc<Mutex<()>>,
 }
 
-impl ModelSession for GpuModelSession {
-    fn step(
-        &mut self,
-        images: &[f32],
-        frames: Range<u64>,
-        keyframe: bool,
-    ) -> Result<ModelStep, ModelError> {
-        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let out = self.session.step(images, frames, keyframe)?;
+impl GpuModelSession {
+    /// The engine's outputs as the pipeline's step.
+    fn model_step(&self, out: GpuStepOutput) -> ModelStep {
         let t = &out.timing;
-        let mut stages = vec![StageTime {
-            stage: if t.graph { "gpu_graph" } else { "gpu" }.to_owned(),
-            ms: t.gpu_ms,
-        }];
-        stages.push(StageTime {
-            stage: "gpu_host".to_owned(),
-            ms: (t.wall_ms - t.gpu_ms).max(0.0),
-        });
-        Ok(ModelStep {
+        let (height, width) = self.session.size();
+        let stage = |name: &str, ms: f64| StageTime {
+            stage: name.to_owned(),
+            ms,
+        };
+        let mut stages = Vec::with_capacity(5);
+        if t.preprocess_ms > 0.0 {
+            stages.push(stage("gpu_preprocess", t.preprocess_ms));
+        }
+        stages.push(stage(if t.graph { "gpu_graph" } else { "gpu" }, t.gpu_ms));
+        // Host work, and host time blocked on the device, reported apart.
+        stages.push(stage("gpu_submit", t.host_ms));
+        stages.push(stage("gpu_wait", t.wait_ms));
+        stages.push(stage("gpu_collect", t.collect_ms));
+        let plane = height * width;
+        let model_rgb = out
+            .model_rgb
+            .chunks_exact(plane * 3)
+            .map(|data| RgbImage {
+                width: width as u32,
+                height: height as u32,
+                data: data.to_vec(),
+            })
+            .collect();
+        ModelStep {
             frames: out.frames,
-            height: self.session.size().0,
-            width: self.session.size().1,
+            height,
+            width,
             depth: out.depth,
             depth_conf: out.depth_conf,
             cameras: out.cameras,
@@ -112,7 +130,50 @@ impl ModelSession for GpuModelSession {
                     })
                     .collect(),
             ),
-        })
+            model_rgb: Some(model_rgb),
+        }
+    }
+}
+
+impl ModelSession for GpuModelSession {
+    fn step(
+        &mut self,
+        images: &[f32],
+        frames: Range<u64>,
+        keyframe: bool,
+    ) -> Result<ModelStep, ModelError> {
+        let out = {
+            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.session.step(images, frames, keyframe)?
+        };
+        Ok(self.model_step(out))
+    }
+
+    fn submit(
+        &mut self,
+        images: CallImages<'_>,
+        frames: Range<u64>,
+        keyframe: bool,
+    ) -> Result<Submitted, ModelError> {
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let images = match images {
+            CallImages::Preprocessed(values) => StepImages::Model(values),
+            CallImages::Decoded(decoded) => StepImages::Rgb8(decoded),
+        };
+        self.session.submit(images, frames, keyframe)?;
+        Ok(Submitted::Queued)
+    }
+
+    fn finish(&mut self) -> Result<ModelStep, ModelError> {
+        let out = {
+            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.session.finish()?
+        };
+        Ok(self.model_step(out))
+    }
+
+    fn max_in_flight(&self) -> usize {
+        MAX_IN_FLIGHT
     }
 
     fn set_point_filter(&mut self, filter: PointFilter) {

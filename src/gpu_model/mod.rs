@@ -7,6 +7,7 @@
 //! - [`transformer`]: one pre-norm block on the device (DINO, frame and global blocks).
 //! - [`engine`]: a stream's session: buffers, page table, phase 1 / phase 2, graphs, outputs.
 //! - [`frame_model`]: the pipeline's `FrameModel` on top of the engine.
+//! - [`preprocess`]: the model's input made on the device from decoded 8-bit frames.
 //! - [`camera_head`], [`dpt_head`], [`unproject`]: the heads and the point output.
 //!
 //! See docs/gpu-model.md.
@@ -15,5 +16,6 @@ pub mod camera_head;
 pub mod dpt_head;
 pub mod engine;
 pub mod frame_model;
+pub mod preprocess;
 pub mod transformer;
 pub mod unproject;

@@ -33,6 +33,24 @@ pub struct Frame {
     pub data: Vec<f32>,
 }
 
+impl Frame {
+    /// The frame as interleaved 8-bit RGB (its values are 8-bit levels / 255, so this is exact).
+    pub fn to_rgb8(&self) -> crate::frame::RgbImage {
+        let plane = self.height * self.width;
+        let mut data = Vec::with_capacity(plane * 3);
+        for i in 0..plane {
+            for c in 0..3 {
+                data.push((self.data[c * plane + i] * 255.0).round().clamp(0.0, 255.0) as u8);
+            }
+        }
+        crate::frame::RgbImage {
+            width: self.width as u32,
+            height: self.height as u32,
+            data,
+        }
+    }
+}
+
 /// Size after resizing (`width`, `resized_height`) and after the centre crop (`final_height`).
 pub fn target_size(
     src_width: usize,

@@ -1,4 +1,5 @@
-//! The capture thread: reads the source, preprocesses to the model's input size, and hands
+//! The capture thread: reads the source, preprocesses to the model's input size (or, for a
+//! backend that preprocesses on its device, only checks the size it will come to), and hands
 //! frames to inference. Live sources keep only the newest frame (the older one is taken back
 //! out of the queue and counted as dropped); other sources block until inference takes the
 //! frame, so nothing is dropped.
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
 
 use crate::capture::{CapturedFrame, Source};
-use crate::model::preprocess::{PreprocessConfig, preprocess_rgb8};
+use crate::model::preprocess::{PreprocessConfig, preprocess_rgb8, target_size};
 
 use crate::frame::RgbImage;
 
@@ -19,10 +20,8 @@ use crate::frame::RgbImage;
 pub(crate) struct InputFrame {
     pub index: u64,
     pub label: Option<String>,
-    /// The model's input as RGB8 (for the result's image and point colours).
-    pub model_rgb: RgbImage,
-    /// `[3][H][W]` in [0, 1].
-    pub pixels: Vec<f32>,
+    pub pixels: FramePixels,
+    /// The model's input size (after preprocessing, wherever it runs).
     pub height: usize,
     pub width: usize,
     pub capture_ms: f64,
@@ -31,6 +30,19 @@ pub(crate) struct InputFrame {
     pub sent_at: Instant,
     /// Frames dropped between the previous delivered frame and this one.
     pub dropped_before: u64,
+}
+
+/// A frame's pixels as the capture thread hands them over.
+#[derive(Debug)]
+pub(crate) enum FramePixels {
+    /// Preprocessed on the host: `[3][H][W]` in [0, 1], and the same as 8-bit RGB (the result's
+    /// image and the points' colours).
+    Host {
+        pixels: Vec<f32>,
+        model_rgb: RgbImage,
+    },
+    /// Decoded only, for a backend that preprocesses on its device.
+    Decoded(RgbImage),
 }
 
 /// Side messages from the capture thread; frames travel on their own channel.
@@ -55,6 +67,8 @@ pub(crate) struct CaptureCounters {
 pub(crate) struct CaptureLoop {
     pub source: Box<dyn Source>,
     pub preprocess: PreprocessConfig,
+    /// Leave preprocessing to the backend ([`FramePixels::Decoded`]).
+    pub preprocess_on_device: bool,
     pub frames: Sender<InputFrame>,
     /// The inference end of `frames`, used by live sources to take back a stale frame.
     pub frames_back: Receiver<InputFrame>,
@@ -79,6 +93,11 @@ impl CaptureLoop {
                 return;
             }
             let next = self.source.next_frame();
+            let unusable = self.source.take_skipped();
+            self.counters
+                .captured
+                .fetch_add(unusable, Ordering::Relaxed);
+            self.counters.skipped.fetch_add(unusable, Ordering::Relaxed);
             for w in self.source.take_warnings() {
                 if !self.tell(CaptureNote::Warning(w)) {
                     return;
@@ -126,12 +145,31 @@ impl CaptureLoop {
     fn prepare(&mut self, frame: CapturedFrame) -> Option<InputFrame> {
         let clock = Instant::now();
         let img = &frame.image;
-        let pre = match preprocess_rgb8(
-            &img.data,
-            img.width as usize,
-            img.height as usize,
-            &self.preprocess,
-        ) {
+        let (w, h) = (img.width as usize, img.height as usize);
+        let prepared = if self.preprocess_on_device {
+            // Only the size it will come to: a frame the session cannot take is skipped here,
+            // as on the host path.
+            let valid = if img.data.len() == w * h * 3 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "RGB buffer holds {} bytes, a {w}×{h} image needs {}",
+                    img.data.len(),
+                    w * h * 3
+                ))
+            };
+            valid
+                .and_then(|()| target_size(w, h, &self.preprocess).map_err(|e| e.to_string()))
+                .map(|(width, _, height)| (height, width, None))
+        } else {
+            preprocess_rgb8(&img.data, w, h, &self.preprocess)
+                .map(|pre| {
+                    let model_rgb = pre.to_rgb8();
+                    (pre.height, pre.width, Some((pre.data, model_rgb)))
+                })
+                .map_err(|e| e.to_string())
+        };
+        let (height, width, host) = match prepared {
             Ok(p) => p,
             Err(e) => {
                 self.counters.skipped.fetch_add(1, Ordering::Relaxed);
@@ -144,24 +182,16 @@ impl CaptureLoop {
                 return None;
             }
         };
-        let plane = pre.height * pre.width;
-        let mut rgb = Vec::with_capacity(plane * 3);
-        for i in 0..plane {
-            for c in 0..3 {
-                rgb.push((pre.data[c * plane + i] * 255.0).round().clamp(0.0, 255.0) as u8);
-            }
-        }
+        let pixels = match host {
+            Some((pixels, model_rgb)) => FramePixels::Host { pixels, model_rgb },
+            None => FramePixels::Decoded(frame.image),
+        };
         Some(InputFrame {
             index: frame.index,
             label: frame.label,
-            model_rgb: RgbImage {
-                width: pre.width as u32,
-                height: pre.height as u32,
-                data: rgb,
-            },
-            pixels: pre.data,
-            height: pre.height,
-            width: pre.width,
+            pixels,
+            height,
+            width,
             capture_ms: frame.capture_ms,
             decode_ms: frame.decode_ms,
             preprocess_ms: clock.elapsed().as_secs_f64() * 1e3,

@@ -7,9 +7,11 @@ use glam::Mat4;
 
 use crate::model::pose::{Camera, unproject_to_world};
 
-use super::capture_thread::InputFrame;
+use super::capture_thread::{FramePixels, InputFrame};
 use super::model::ModelStep;
-use crate::frame::{CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, StageTime};
+use crate::frame::{
+    CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage, StageTime,
+};
 
 /// Which points of a depth map make it into the result.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,6 +60,8 @@ pub(crate) struct CallContext<'a> {
     pub frame_type: FrameType,
     pub cache: CacheSnapshot,
     pub filter: PointFilter,
+    /// The frames' model input as 8-bit RGB, when the backend preprocessed them.
+    pub model_rgb: Option<Vec<RgbImage>>,
 }
 
 /// Results of every frame of a call, in order. A multi-frame call (the scale frames) shares
@@ -72,7 +76,16 @@ pub(crate) fn build_results(
     let plane = h * w;
     let share = 1.0 / step.frames.max(1) as f64;
     let mut out = Vec::with_capacity(inputs.len());
+    let mut device_rgb = ctx.model_rgb.map(|v| v.into_iter());
     for (f, input) in inputs.into_iter().enumerate() {
+        let image = match input.pixels {
+            FramePixels::Host { model_rgb, .. } => model_rgb,
+            // A backend that preprocessed returns one image per frame (checked by the caller).
+            FramePixels::Decoded(_) => device_rgb
+                .as_mut()
+                .and_then(|it| it.next())
+                .unwrap_or_default(),
+        };
         let camera = &step.cameras[f];
         let depth = step.depth[f * plane..(f + 1) * plane].to_vec();
         let confidence = step.depth_conf[f * plane..(f + 1) * plane].to_vec();
@@ -89,7 +102,7 @@ pub(crate) fn build_results(
         let clock = Instant::now();
         let points = match backend_points {
             Some(p) => p,
-            None => filter_points(&world, &confidence, &input.model_rgb.data, ctx.filter),
+            None => filter_points(&world, &confidence, &image.data, ctx.filter),
         };
         let k = camera.intrinsics;
         let world_from_camera = world_from_camera(camera);
@@ -126,7 +139,7 @@ pub(crate) fn build_results(
                 height: h as u32,
             },
             points,
-            image: input.model_rgb,
+            image,
             depth,
             confidence,
             cache,

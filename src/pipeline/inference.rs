@@ -1,6 +1,7 @@
 //! The inference thread: owns the model session (and so all backend state), runs one call at
 //! a time, applies control requests between calls and publishes results.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -10,11 +11,13 @@ use crossbeam_channel::{Receiver, never, select};
 
 use crate::attention::AttentionLayout;
 
-use super::capture_thread::{CaptureCounters, CaptureNote, InputFrame};
+use super::capture_thread::{CaptureCounters, CaptureNote, FramePixels, InputFrame};
 use super::control::{Control, Outputs, PipelineEvent};
 use super::frame::{CallContext, PointFilter, build_results};
 use super::keyframe::{Decision, KeyframePolicy, KeyframeScheduler};
-use super::model::{FrameModel, ModelLimits, ModelSession, SessionOptions};
+use super::model::{
+    CallImages, FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions, Submitted,
+};
 use super::summary::{PipelineSummary, StageSums};
 use crate::frame::FrameType;
 
@@ -34,6 +37,14 @@ struct Session {
     /// Frames waiting for the scale call.
     scale_buffer: Vec<(InputFrame, Instant)>,
     scale_done: bool,
+    /// Calls queued on the backend, oldest first, waiting for their outputs.
+    in_flight: VecDeque<Call>,
+}
+
+/// One model call's frames and kind.
+struct Call {
+    frames: Vec<(InputFrame, Instant)>,
+    frame_type: FrameType,
 }
 
 pub(crate) struct Inference {
@@ -52,6 +63,9 @@ pub(crate) struct Inference {
     pub summary: PipelineSummary,
     pub stage_sums: StageSums,
     pub started: Instant,
+    /// When the first result went out, and how many had gone out then.
+    first_result: Option<(Instant, u64)>,
+    last_result: Option<Instant>,
     session: Option<Session>,
     paused: bool,
     input_done: bool,
@@ -90,6 +104,8 @@ impl Inference {
             summary,
             stage_sums: StageSums::default(),
             started: Instant::now(),
+            first_result: None,
+            last_result: None,
             session: None,
             paused: false,
             input_done: false,
@@ -102,6 +118,11 @@ impl Inference {
         let no_frames = never::<InputFrame>();
         let no_notes = never::<CaptureNote>();
         while !self.stopping {
+            // Overlap only pays when the next frame is already here: otherwise the newest
+            // result is worth more than a queued call (a live source's latency).
+            if self.frames.is_empty() || self.paused || self.input_done {
+                self.finish_in_flight();
+            }
             let frames = if self.paused || self.input_done {
                 &no_frames
             } else {
@@ -186,6 +207,8 @@ impl Inference {
     }
 
     fn reset(&mut self, reason: &str) {
+        // The old session's results go out before the reset does.
+        self.finish_in_flight();
         if let Some(s) = self.session.take() {
             self.summary.frames_discarded += s.scale_buffer.len() as u64;
         }
@@ -234,6 +257,7 @@ impl Inference {
                     scheduler,
                     scale_buffer: Vec::new(),
                     scale_done: false,
+                    in_flight: VecDeque::new(),
                 });
                 self.session.as_mut()
             }
@@ -301,16 +325,13 @@ impl Inference {
         self.run_call(frames, FrameType::Scale);
     }
 
+    /// Starts one model call. A backend that queues calls gets the next one while it runs this
+    /// one; the oldest is finished once the backend holds as many as it can.
     fn run_call(&mut self, frames: Vec<(InputFrame, Instant)>, frame_type: FrameType) {
         let Some(session) = self.session.as_mut() else {
             return;
         };
         let n = frames.len();
-        let (h, w) = (session.height, session.width);
-        let mut images = Vec::with_capacity(n * 3 * h * w);
-        for (f, _) in &frames {
-            images.extend_from_slice(&f.pixels);
-        }
         // The cache names frames by their capture index, so its events and page map speak
         // the viewer's language. A call needs a contiguous range: the scale frames (whose
         // indices may have gaps where a live source dropped frames) take `first..first + n`,
@@ -318,28 +339,121 @@ impl Inference {
         let first = frames[0].0.index;
         let ids = first..first + n as u64;
         let keyframe = frame_type != FrameType::NonKeyframe;
-        let step = session.model.step(&images, ids, keyframe);
+        let submitted = {
+            let host: Vec<&[f32]> = frames
+                .iter()
+                .filter_map(|(f, _)| match &f.pixels {
+                    FramePixels::Host { pixels, .. } => Some(pixels.as_slice()),
+                    FramePixels::Decoded(_) => None,
+                })
+                .collect();
+            let decoded: Vec<&crate::frame::RgbImage> = frames
+                .iter()
+                .filter_map(|(f, _)| match &f.pixels {
+                    FramePixels::Decoded(image) => Some(image),
+                    FramePixels::Host { .. } => None,
+                })
+                .collect();
+            if decoded.is_empty() {
+                // One frame (every streaming call) goes as it is; the scale frames are joined.
+                let joined;
+                let images: &[f32] = if host.len() == 1 {
+                    host[0]
+                } else {
+                    joined = host.concat();
+                    &joined
+                };
+                session
+                    .model
+                    .submit(CallImages::Preprocessed(images), ids, keyframe)
+            } else if host.is_empty() {
+                session
+                    .model
+                    .submit(CallImages::Decoded(&decoded), ids, keyframe)
+            } else {
+                Err(crate::model::ModelError::BadInput(
+                    "a call mixes host-preprocessed and decoded frames".into(),
+                ))
+            }
+        };
+        let call = Call { frames, frame_type };
+        match submitted {
+            Ok(Submitted::Done(step)) => self.complete_call(call, Ok(*step)),
+            Ok(Submitted::Queued) => {
+                session.in_flight.push_back(call);
+                if session.in_flight.len() >= session.model.max_in_flight() {
+                    self.finish_oldest();
+                }
+            }
+            Err(e) => self.complete_call(call, Err(e.to_string())),
+        }
+    }
+
+    /// Waits for the oldest queued call and publishes its results.
+    fn finish_oldest(&mut self) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let Some(call) = session.in_flight.pop_front() else {
+            return;
+        };
+        let step = session.model.finish().map_err(|e| e.to_string());
+        self.complete_call(call, step);
+    }
+
+    /// Every queued call, finished and published in order.
+    fn finish_in_flight(&mut self) {
+        while self
+            .session
+            .as_ref()
+            .is_some_and(|s| !s.in_flight.is_empty())
+        {
+            self.finish_oldest();
+        }
+    }
+
+    /// The results of a call (or its error) published, and the counts kept.
+    fn complete_call(&mut self, call: Call, step: Result<ModelStep, String>) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let Call { frames, frame_type } = call;
+        let n = frames.len();
+        let (h, w) = (session.height, session.width);
         // A backend that returns the wrong number of outputs is an error event, not a panic
         // of the inference thread.
         let plane = h * w;
-        let step = step.map_err(|e| e.to_string()).and_then(|s| {
+        let decoded = frames
+            .iter()
+            .any(|(f, _)| matches!(f.pixels, FramePixels::Decoded(_)));
+        let step = step.and_then(|s| {
+            let images_ok = !decoded
+                || s.model_rgb.as_ref().is_some_and(|images| {
+                    images.len() == n
+                        && images.iter().all(|i| {
+                            (i.height as usize, i.width as usize) == (h, w)
+                                && i.data.len() == plane * 3
+                        })
+                });
             let complete = s.frames == n
                 && (s.height, s.width) == (h, w)
                 && s.cameras.len() == n
                 && s.depth.len() == n * plane
-                && s.depth_conf.len() == n * plane;
+                && s.depth_conf.len() == n * plane
+                && images_ok;
             if complete {
                 Ok(s)
             } else {
                 Err(format!(
-                    "the model returned {} frames ({} cameras, {} depth values) for a call of {n} frames of {w}×{h}",
+                    "the model returned {} frames ({} cameras, {} depth values, {} input images) for a call of {n} frames of {w}×{h}",
                     s.frames,
                     s.cameras.len(),
-                    s.depth.len()
+                    s.depth.len(),
+                    s.model_rgb.as_ref().map_or(0, Vec::len)
                 ))
             }
         });
-        let step = match step {
+        let mut step = match step {
             Ok(s) => s,
             Err(e) => {
                 self.summary.frames_skipped += n as u64;
@@ -357,6 +471,7 @@ impl Inference {
             }
         };
         let cache = session.model.cache_snapshot();
+        let model_rgb = step.model_rgb.take();
         let (inputs, received): (Vec<InputFrame>, Vec<Instant>) = frames.into_iter().unzip();
         let results = build_results(
             CallContext {
@@ -364,6 +479,7 @@ impl Inference {
                 frame_type,
                 cache,
                 filter: self.filter,
+                model_rgb,
             },
             inputs,
             &received,
@@ -373,14 +489,23 @@ impl Inference {
             FrameType::Keyframe => self.summary.keyframes += n as u64,
             FrameType::NonKeyframe => self.summary.non_keyframes += n as u64,
         }
+        let now = Instant::now();
+        if self.first_result.is_none() {
+            self.first_result = Some((now, n as u64));
+        }
+        self.last_result = Some(now);
         for r in results {
             self.summary.frames_processed += 1;
             self.stage_sums.add(&r);
+            let clock = Instant::now();
             self.outputs.publish(PipelineEvent::Frame(Arc::new(r)));
+            self.summary.consumer_wait_s += clock.elapsed().as_secs_f64();
         }
     }
 
     fn shut_down(mut self) {
+        // The calls already on the device are the frames in progress: they finish.
+        self.finish_in_flight();
         self.capture_stop.store(true, Ordering::Release);
         // Drain while the capture thread winds down, so a blocked hand-off returns at once.
         let mut queued = 0u64;
@@ -423,6 +548,15 @@ impl Inference {
         self.summary.frames_skipped += c.skipped.load(Ordering::Relaxed);
         self.summary.wall_s = self.started.elapsed().as_secs_f64();
         self.summary.fps = self.summary.frames_processed as f64 / self.summary.wall_s.max(1e-9);
+        if let (Some((first, first_frames)), Some(last)) = (self.first_result, self.last_result) {
+            self.summary.first_result_s =
+                Some(first.saturating_duration_since(self.started).as_secs_f64());
+            let span = last.saturating_duration_since(first).as_secs_f64();
+            let after = self.summary.frames_processed.saturating_sub(first_frames);
+            if span > 0.0 {
+                self.summary.steady_fps = after as f64 / span;
+            }
+        }
         self.summary.mean_stage_ms = self.stage_sums.means();
         let summary = Box::new(std::mem::take(&mut self.summary));
         self.outputs.publish(PipelineEvent::Stopped(summary));

@@ -31,7 +31,10 @@ pub use control::{Control, Delivery, Outputs, PipelineEvent};
 pub use error::PipelineError;
 pub use frame::PointFilter;
 pub use keyframe::{KeyframePolicy, KeyframeRule, KeyframeScheduler, OnBudget};
-pub use model::{CpuFrameModel, FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions};
+pub use model::{
+    CallImages, CpuFrameModel, FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions,
+    Submitted,
+};
 pub use summary::PipelineSummary;
 
 use capture_thread::{CaptureCounters, CaptureLoop};
@@ -127,6 +130,7 @@ impl Pipeline {
         let capture = CaptureLoop {
             source,
             preprocess: limits.preprocess.clone(),
+            preprocess_on_device: limits.preprocesses_on_device,
             frames: frames_tx,
             frames_back: frames_rx.clone(),
             notes: notes_tx,

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use crate::attention::{AttentionLayout, CpuKvCache};
 use crate::model::pose::Camera;
-use crate::model::preprocess::PreprocessConfig;
+use crate::model::preprocess::{PreprocessConfig, preprocess_rgb8};
 use crate::model::{GctModel, ModelConfig, ModelError, StreamState};
 
 use super::frame::PointFilter;
-use crate::frame::{CacheSnapshot, FramePoints, StageTime};
+use crate::frame::{CacheSnapshot, FramePoints, RgbImage, StageTime};
 
 /// What a session is created with. Changing any of these needs a new session (a reset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,9 @@ pub struct ModelLimits {
     pub max_frame_num: usize,
     pub default_window: usize,
     pub default_keyframe_interval: usize,
+    /// The backend takes decoded frames and preprocesses them itself ([`CallImages::Decoded`]):
+    /// the capture thread then only decodes.
+    pub preprocesses_on_device: bool,
 }
 
 impl ModelLimits {
@@ -46,6 +49,7 @@ impl ModelLimits {
             max_frame_num: c.max_frame_num,
             default_window: c.window,
             default_keyframe_interval: c.keyframe_interval,
+            preprocesses_on_device: false,
         }
     }
 }
@@ -66,6 +70,26 @@ pub struct ModelStep {
     /// Each frame's kept points when the backend filters them itself (the GPU model does, so
     /// only they cross to the host); None: the pipeline unprojects and filters the depth maps.
     pub points: Option<Vec<FramePoints>>,
+    /// Each frame's model input as 8-bit RGB when the backend preprocessed it.
+    pub model_rgb: Option<Vec<RgbImage>>,
+}
+
+/// The images of one call, as the capture thread prepared them.
+#[derive(Debug, Clone, Copy)]
+pub enum CallImages<'a> {
+    /// `[S][3][H][W]` in [0, 1], preprocessed on the host.
+    Preprocessed(&'a [f32]),
+    /// Decoded frames for a backend that preprocesses ([`ModelLimits::preprocesses_on_device`]).
+    Decoded(&'a [&'a RgbImage]),
+}
+
+/// What [`ModelSession::submit`] did with a call.
+#[derive(Debug)]
+pub enum Submitted {
+    /// Ran it to the end (a backend without asynchronous calls).
+    Done(Box<ModelStep>),
+    /// Queued it; its outputs come from [`ModelSession::finish`], in order.
+    Queued,
 }
 
 /// A loaded model of any backend.
@@ -99,6 +123,58 @@ pub trait ModelSession: Send {
     fn cache_occupancy(&self) -> (usize, usize);
     /// How points are kept, for backends that filter on their own (see [`ModelStep::points`]).
     fn set_point_filter(&mut self, _filter: PointFilter) {}
+
+    /// Starts one call. A backend that can run calls asynchronously queues it (the host then
+    /// prepares the next call while the device runs this one); the default runs it now.
+    fn submit(
+        &mut self,
+        images: CallImages<'_>,
+        frames: Range<u64>,
+        keyframe: bool,
+    ) -> Result<Submitted, ModelError> {
+        let step = match images {
+            CallImages::Preprocessed(pixels) => self.step(pixels, frames, keyframe)?,
+            CallImages::Decoded(decoded) => {
+                let (pixels, model_rgb) = host_preprocess(decoded, &self.preprocess_config())?;
+                let mut step = self.step(&pixels, frames, keyframe)?;
+                step.model_rgb = Some(model_rgb);
+                step
+            }
+        };
+        Ok(Submitted::Done(Box::new(step)))
+    }
+
+    /// The outputs of the oldest queued call (waits for it).
+    fn finish(&mut self) -> Result<ModelStep, ModelError> {
+        Err(ModelError::BadInput(
+            "this backend queues no calls: there is nothing to finish".into(),
+        ))
+    }
+
+    /// Calls that may be queued at once ([`Self::submit`] returning `Queued`).
+    fn max_in_flight(&self) -> usize {
+        1
+    }
+
+    /// How decoded frames given to the default [`Self::submit`] are preprocessed.
+    fn preprocess_config(&self) -> PreprocessConfig {
+        PreprocessConfig::default()
+    }
+}
+
+/// Decoded frames preprocessed on the host: `[S][3][H][W]` back to back, and each as 8-bit RGB.
+fn host_preprocess(
+    frames: &[&RgbImage],
+    cfg: &PreprocessConfig,
+) -> Result<(Vec<f32>, Vec<RgbImage>), ModelError> {
+    let mut pixels = Vec::new();
+    let mut rgb = Vec::with_capacity(frames.len());
+    for f in frames {
+        let pre = preprocess_rgb8(&f.data, f.width as usize, f.height as usize, cfg)?;
+        rgb.push(pre.to_rgb8());
+        pixels.extend_from_slice(&pre.data);
+    }
+    Ok((pixels, rgb))
 }
 
 /// The CPU model behind the trait.
@@ -146,6 +222,7 @@ impl FrameModel for CpuFrameModel {
         Ok(Box::new(CpuSession {
             model: Arc::clone(&self.model),
             state,
+            preprocess: self.limits().preprocess,
         }))
     }
 }
@@ -153,6 +230,7 @@ impl FrameModel for CpuFrameModel {
 struct CpuSession {
     model: Arc<GctModel>,
     state: StreamState,
+    preprocess: PreprocessConfig,
 }
 
 impl ModelSession for CpuSession {
@@ -197,7 +275,12 @@ impl ModelSession for CpuSession {
             cameras: out.cameras,
             stages,
             points: None,
+            model_rgb: None,
         })
+    }
+
+    fn preprocess_config(&self) -> PreprocessConfig {
+        self.preprocess.clone()
     }
 
     fn committed_frames(&self) -> u64 {

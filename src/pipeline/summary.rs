@@ -32,6 +32,14 @@ pub struct PipelineSummary {
     pub wall_s: f64,
     /// Processed frames per wall-clock second.
     pub fps: f64,
+    /// Seconds from the pipeline's start to its first result (the scale call's frames).
+    pub first_result_s: Option<f64>,
+    /// Frames per second after the first result: the stream's pace once it runs, without the
+    /// start-up and the scale call.
+    pub steady_fps: f64,
+    /// Seconds the inference thread spent handing results to consumers that were behind (a
+    /// lossless consumer with a full queue makes it wait; see `Delivery`).
+    pub consumer_wait_s: f64,
     /// Mean milliseconds per frame of each stage.
     pub mean_stage_ms: BTreeMap<String, f64>,
     pub input_ended: bool,

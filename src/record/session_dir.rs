@@ -104,12 +104,7 @@ impl SessionDir {
 
     /// Writes `summary.json`, then the cloud and trajectory from the finished recording.
     pub fn finish(&self, summary: &impl Serialize) -> Result<Exported, RecordError> {
-        let path = self.dir.join(SUMMARY_FILE);
-        let bytes = serde_json::to_vec_pretty(summary).map_err(|e| RecordError::Export {
-            path: path.clone(),
-            what: e.to_string(),
-        })?;
-        super::export::write_file(&path, |w| w.write_all(&bytes))?;
+        self.write_summary(summary)?;
         let reader = SessionReader::open(self.session_file())?;
         let cloud = gather_cloud(&reader, CloudOptions::default())?;
         ply::export_ply(&self.dir.join(CLOUD_FILE), &cloud)?;
@@ -118,6 +113,19 @@ impl SessionDir {
             points: cloud.len(),
             poses,
         })
+    }
+}
+
+impl SessionDir {
+    /// Writes `summary.json` (all [`Self::finish`] does for a run without a recording).
+    pub fn write_summary(&self, summary: &impl Serialize) -> Result<(), RecordError> {
+        let path = self.dir.join(SUMMARY_FILE);
+        let bytes = serde_json::to_vec_pretty(summary).map_err(|e| RecordError::Export {
+            path: path.clone(),
+            what: e.to_string(),
+        })?;
+        // Through a temporary file: a full disk leaves no half summary.
+        super::export::write_file(&path, |w| w.write_all(&bytes))
     }
 }
 

@@ -74,6 +74,12 @@ pub const SOURCES: &[KernelSource] = &[
         hopper_only: false,
     },
     KernelSource {
+        name: "preprocess",
+        source: include_str!("../../../kernels/preprocess.cu"),
+        functions: &["preprocess_resize_rows", "preprocess_resize_cols"],
+        hopper_only: false,
+    },
+    KernelSource {
         name: "transformer",
         source: include_str!("../../../kernels/transformer.cu"),
         functions: &[

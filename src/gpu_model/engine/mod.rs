@@ -9,6 +9,7 @@
 //! one page-table upload (which also carries the per-frame scalars the kernels read on the
 //! device), one graph launch and the download of the kept points.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,14 +24,17 @@ use crate::backend::cuda::gemm::{Epilogue, Gemm, SharedChoices, TuneRecord, Tuni
 use crate::backend::cuda::ops::{self, LnOut, Rope, RopeTables};
 use crate::backend::cuda::storage::{DeviceModel, DevicePlacement};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache, KvGeometry};
+use crate::frame::RgbImage;
 use crate::kvcache::{CacheConfig, PageTable, SpecialPoolConfig, StepKind};
 use crate::model::pose::{Camera, decode_pose};
+use crate::model::preprocess::PreprocessConfig;
 use crate::model::spec::{DINO_REGISTERS, POSE_ENC_LEN, SPECIAL_TOKENS};
 use crate::model::weights::WeightStore;
 use crate::model::{ModelConfig, ModelError};
 
 use super::camera_head::GpuCameraHead;
 use super::dpt_head::GpuDptHead;
+use super::preprocess::DevicePreprocess;
 use super::transformer::{
     Attend, AttentionSetup, BlockScratch, Chain, DenseScratch, GeluMode, LOCAL_TABLE_WORDS,
     block_forward, local_tables,
@@ -42,6 +46,10 @@ mod forward;
 mod outputs;
 
 use device_io::{ImageStaging, upload_raw};
+use outputs::{OutputSlot, PendingCall};
+
+/// Calls a session holds submitted but not finished: one running, one queued behind it.
+pub const MAX_IN_FLIGHT: usize = 2;
 
 /// Step scalar slots of the page-table upload.
 const SCALAR_ROPE_FRAME: usize = 0;
@@ -120,14 +128,21 @@ pub struct GpuPoints {
 /// How one step ran.
 #[derive(Debug, Clone, Default)]
 pub struct StepTiming {
-    /// Host wall time of the whole call (uploads, launch, downloads, synchronisation).
+    /// Host wall time from the call's submission to the end of its `finish` (for `step`: the
+    /// whole call, uploads, launch, downloads and synchronisation).
     pub wall_ms: f64,
-    /// GPU time between the events around the frame's work.
+    /// GPU time between the events around the frame's work (preprocessing not included).
     pub gpu_ms: f64,
-    /// Host time spent before the launch (plan, page-table upload, image upload).
+    /// GPU time of the device preprocessing (0 when the images came preprocessed).
+    pub preprocess_ms: f64,
+    /// Host time of the submission (plan, page-table upload, image staging, launches).
     pub host_ms: f64,
-    /// Of which the image upload.
+    /// Of which the image upload (staging and its enqueueing).
     pub image_upload_ms: f64,
+    /// Host time `finish` waited for the device (the call's work and copies).
+    pub wait_ms: f64,
+    /// Host time `finish` spent turning the copied outputs into the result.
+    pub collect_ms: f64,
     /// Whether the step replayed a CUDA graph.
     pub graph: bool,
     /// Per-stage GPU times when profiling an eager step: (stage, ms).
@@ -141,6 +156,8 @@ pub struct GpuStepOutput {
     pub pose_enc: Vec<[f32; POSE_ENC_LEN]>,
     pub cameras: Vec<Camera>,
     pub points: Vec<GpuPoints>,
+    /// The model's input as 8-bit RGB, `[S][H][W][3]` (the result's image; the points' colours).
+    pub model_rgb: Vec<u8>,
     /// `[S][H][W]` when the session downloads maps, else empty.
     pub depth: Vec<f32>,
     pub depth_conf: Vec<f32>,
@@ -273,6 +290,22 @@ pub struct GpuSession {
     warmed: [bool; 2],
     arena_bytes: usize,
     image_staging: ImageStaging,
+    preprocess: DevicePreprocess,
+    /// Page-locked outputs of the calls in flight (one per call, in turn).
+    slots: Vec<OutputSlot>,
+    /// Submitted calls in order; the front is the next `finish`.
+    pending: VecDeque<PendingCall>,
+    next_slot: usize,
+}
+
+/// The images of one call.
+#[derive(Debug, Clone, Copy)]
+pub enum StepImages<'a> {
+    /// `[S][3][H][W]` in [0, 1], already the session's size.
+    Model(&'a [f32]),
+    /// Decoded 8-bit frames of any size that preprocesses to the session's size: resized,
+    /// cropped and scaled on the device exactly as `preprocess_rgb8` does on the host.
+    Rgb8(&'a [&'a RgbImage]),
 }
 
 /// A captured frame step.
@@ -388,6 +421,18 @@ impl GpuSession {
             ..setup
         };
         let image_staging = ImageStaging::new(&dev, shape.max_call * 3 * shape.plane())?;
+        let preprocess = DevicePreprocess::new(
+            &dev,
+            PreprocessConfig {
+                width: sc.width,
+                patch: cfg.patch,
+            },
+            sc.height,
+            sc.width,
+        )?;
+        let slots = (0..MAX_IN_FLIGHT)
+            .map(|_| OutputSlot::new(&dev, shape.max_call, shape.plane(), sc.download_maps))
+            .collect::<Result<Vec<_>, _>>()?;
         dev.stream.synchronize()?;
         side.stream.synchronize()?;
         Ok(Self {
@@ -415,6 +460,10 @@ impl GpuSession {
             warmed: [false, false],
             arena_bytes,
             image_staging,
+            preprocess,
+            slots,
+            pending: VecDeque::new(),
+            next_slot: 0,
         })
     }
 
@@ -489,14 +538,15 @@ impl GpuSession {
         Ok((arena, bufs, dense))
     }
 
-    /// Device memory of the session: (KV pools + table, activation arena, weights of the
-    /// aggregator, camera head incl. its cache).
+    /// Memory of the session: KV pools + table, activation arena, the model's weights, the
+    /// camera head's cache, and the page-locked output slots on the host.
     pub fn device_memory(&self) -> DeviceMemory {
         DeviceMemory {
             kv_bytes: self.kv.device_bytes(),
             arena_bytes: self.arena_bytes,
             weight_bytes: self.weight_bytes,
             camera_cache_bytes: self.camera.cache_bytes(),
+            output_pinned_bytes: self.slots.iter().map(OutputSlot::bytes).sum(),
         }
     }
 
@@ -531,6 +581,10 @@ impl GpuSession {
     /// (the next steps capture again).
     pub fn set_point_filter(&mut self, min_confidence: f32, stride: u32) {
         if self.sc.min_confidence != min_confidence || self.sc.point_stride != stride {
+            // A graph in flight is not dropped under the device's feet.
+            if let Err(e) = self.drain_device() {
+                tracing::warn!("waiting for the calls in flight: {e}");
+            }
             self.sc.min_confidence = min_confidence;
             self.sc.point_stride = stride.max(1);
             self.graphs = [None, None];
@@ -550,25 +604,67 @@ impl GpuSession {
         self.scale_frames = None;
     }
 
-    /// One call of the streaming schedule: `images` `[S][3][H][W]` in [0, 1].
+    /// One call of the streaming schedule, run to completion: `images` `[S][3][H][W]` in [0, 1].
     pub fn step(
         &mut self,
         images: &[f32],
         frames: Range<u64>,
         keyframe: bool,
     ) -> Result<GpuStepOutput, CudaError> {
-        let wall = Instant::now();
+        if !self.pending.is_empty() {
+            return Err(CudaError::Invalid(
+                "step runs one call to completion; finish the submitted calls first".into(),
+            ));
+        }
+        self.submit(StepImages::Model(images), frames, keyframe)?;
+        self.finish()
+    }
+
+    /// Calls submitted and not yet finished.
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Queues one call of the streaming schedule on the device and returns without waiting for
+    /// it: its outputs come from [`Self::finish`], in submission order. At most
+    /// [`MAX_IN_FLIGHT`] calls may be pending, so the host can prepare (and queue) the next call
+    /// while the device runs this one. The page table moves on at once: the next call's plan
+    /// follows this one's.
+    pub fn submit(
+        &mut self,
+        images: StepImages<'_>,
+        frames: Range<u64>,
+        keyframe: bool,
+    ) -> Result<(), CudaError> {
+        let submitted = Instant::now();
         self.dev.ctx.bind_to_thread()?;
         let sh = self.shape;
         let s = frames.end.saturating_sub(frames.start) as usize;
         let plane = sh.plane();
-        if s == 0 || images.len() != s * 3 * plane {
+        if self.pending.len() >= MAX_IN_FLIGHT {
             return Err(CudaError::Invalid(format!(
-                "expected {s} images of 3x{}x{} ({} values), got {} values",
-                sh.height,
-                sh.width,
-                s * 3 * plane,
-                images.len()
+                "{MAX_IN_FLIGHT} calls are in flight already; finish one first"
+            )));
+        }
+        let given = match images {
+            StepImages::Model(values) => {
+                if values.len() != s * 3 * plane {
+                    return Err(CudaError::Invalid(format!(
+                        "expected {s} images of 3x{}x{} ({} values), got {} values",
+                        sh.height,
+                        sh.width,
+                        s * 3 * plane,
+                        values.len()
+                    )));
+                }
+                s
+            }
+            StepImages::Rgb8(decoded) => decoded.len(),
+        };
+        if s == 0 || given != s {
+            return Err(CudaError::Invalid(format!(
+                "a call of frames {}..{} needs {s} images, got {given}",
+                frames.start, frames.end
             )));
         }
         if s > sh.max_call {
@@ -615,7 +711,8 @@ impl GpuSession {
             .table
             .begin_step(frames.clone(), kind)
             .map_err(cache_err)?;
-        // The plan is borrowed from the table, not copied: the upload is the only reader.
+        // The plan is borrowed from the table, not copied: the upload is the only reader. The
+        // upload is stream-ordered, so a call still running keeps the table it was given.
         let uploaded = self
             .kv
             .set_step_scalars(&[committed as u32, committed as u32])
@@ -627,12 +724,22 @@ impl GpuSession {
             }
             return Err(e);
         }
+        let slot = self.next_slot;
         let result = (|| {
             let image_clock = Instant::now();
-            self.image_staging
-                .upload(&self.dev, images, self.bufs.image)?;
+            let preprocess_start = self.event()?;
+            match images {
+                StepImages::Model(values) => {
+                    self.image_staging
+                        .upload(&self.dev, values, self.bufs.image)?
+                }
+                StepImages::Rgb8(decoded) => self.preprocess.run(
+                    &self.dev,
+                    decoded,
+                    self.bufs.image.slice(0, s * 3 * plane)?,
+                )?,
+            }
             let image_upload_ms = image_clock.elapsed().as_secs_f64() * 1e3;
-            let host_ms = wall.elapsed().as_secs_f64() * 1e3;
             let start = self.event()?;
             // Streaming steps (one frame, the "later frame" token variants) replay a graph.
             let graphable =
@@ -662,22 +769,29 @@ impl GpuSession {
                 g.0.launch()?;
             }
             let end = self.event()?;
-            let out = self.download(s)?;
-            let gpu_ms = start.elapsed_ms(&end)? as f64;
-            Ok::<_, CudaError>((out, host_ms, image_upload_ms, gpu_ms, graph, stages))
+            self.queue_downloads(slot, s)?;
+            let copied = self.event()?;
+            Ok::<_, CudaError>(PendingCall {
+                slot,
+                frames: s,
+                submitted,
+                host_ms: 0.0,
+                image_upload_ms,
+                graph,
+                stages,
+                preprocess_start,
+                start,
+                end,
+                copied,
+            })
         })();
         match result {
-            Ok((mut out, host_ms, image_upload_ms, gpu_ms, graph, stages)) => {
+            Ok(mut call) => {
                 self.table.end_step().map_err(cache_err)?;
-                out.timing = StepTiming {
-                    wall_ms: wall.elapsed().as_secs_f64() * 1e3,
-                    gpu_ms,
-                    host_ms,
-                    image_upload_ms,
-                    graph,
-                    stages,
-                };
-                Ok(out)
+                call.host_ms = submitted.elapsed().as_secs_f64() * 1e3;
+                self.next_slot = (slot + 1) % MAX_IN_FLIGHT;
+                self.pending.push_back(call);
+                Ok(())
             }
             Err(e) => {
                 // Leave the stream as it was before the call; the step's error is the one to
@@ -690,11 +804,54 @@ impl GpuSession {
         }
     }
 
+    /// Waits for the oldest submitted call and returns its outputs.
+    pub fn finish(&mut self) -> Result<GpuStepOutput, CudaError> {
+        let call = self
+            .pending
+            .pop_front()
+            .ok_or_else(|| CudaError::Invalid("finish without a submitted call".into()))?;
+        let wait = Instant::now();
+        call.copied.synchronize()?;
+        let wait_ms = wait.elapsed().as_secs_f64() * 1e3;
+        let collect = Instant::now();
+        let mut out = self.read_slot(call.slot, call.frames)?;
+        out.timing = StepTiming {
+            wall_ms: call.submitted.elapsed().as_secs_f64() * 1e3,
+            gpu_ms: call.start.elapsed_ms(&call.end)? as f64,
+            preprocess_ms: call.preprocess_start.elapsed_ms(&call.start)? as f64,
+            host_ms: call.host_ms,
+            image_upload_ms: call.image_upload_ms,
+            wait_ms,
+            collect_ms: collect.elapsed().as_secs_f64() * 1e3,
+            graph: call.graph,
+            stages: call.stages,
+        };
+        Ok(out)
+    }
+
+    /// Waits for every call in flight (their outputs stay to be finished); before anything that
+    /// must not run under them.
+    fn drain_device(&self) -> Result<(), CudaError> {
+        if let Some(last) = self.pending.back() {
+            last.copied.synchronize()?;
+        }
+        Ok(())
+    }
+
     fn event(&self) -> Result<CudaEvent, CudaError> {
         Ok(self
             .dev
             .stream
             .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
+    }
+}
+
+impl Drop for GpuSession {
+    /// Copies in flight write into the session's page-locked memory: they end before it is freed.
+    fn drop(&mut self) {
+        if let Err(e) = self.drain_device() {
+            tracing::warn!("waiting for the calls in flight of a closing session: {e}");
+        }
     }
 }
 
@@ -706,4 +863,6 @@ pub struct DeviceMemory {
     /// All the model's weights (shared by the model's sessions).
     pub weight_bytes: usize,
     pub camera_cache_bytes: usize,
+    /// Page-locked host memory the outputs of the calls in flight are copied into.
+    pub output_pinned_bytes: usize,
 }
