@@ -45,6 +45,8 @@ struct Queued {
     finished: Arc<AtomicU64>,
     /// Largest number of calls held at once.
     deepest: Arc<AtomicU64>,
+    /// How long a session's warm-up takes (a GPU's tuning and graph captures).
+    warm_up: Duration,
 }
 
 struct QueuedSession {
@@ -53,6 +55,7 @@ struct QueuedSession {
     submitted: Arc<AtomicU64>,
     finished: Arc<AtomicU64>,
     deepest: Arc<AtomicU64>,
+    warm_up: Duration,
 }
 
 impl FrameModel for Queued {
@@ -77,6 +80,7 @@ impl FrameModel for Queued {
             submitted: Arc::clone(&self.submitted),
             finished: Arc::clone(&self.finished),
             deepest: Arc::clone(&self.deepest),
+            warm_up: self.warm_up,
         }))
     }
 }
@@ -117,6 +121,10 @@ impl ModelSession for QueuedSession {
     fn max_in_flight(&self) -> usize {
         2
     }
+    fn warm_up(&mut self) -> Result<(), ModelError> {
+        std::thread::sleep(self.warm_up);
+        Ok(())
+    }
     fn committed_frames(&self) -> u64 {
         self.inner.committed_frames()
     }
@@ -132,12 +140,17 @@ impl ModelSession for QueuedSession {
 }
 
 fn queued(decoded: bool) -> Arc<Queued> {
+    slow_to_start(decoded, Duration::ZERO)
+}
+
+fn slow_to_start(decoded: bool, warm_up: Duration) -> Arc<Queued> {
     Arc::new(Queued {
         inner: cpu_model(),
         decoded,
         submitted: Arc::default(),
         finished: Arc::default(),
         deepest: Arc::default(),
+        warm_up,
     })
 }
 
@@ -225,6 +238,9 @@ impl<S: Source> Source for Limited<S> {
     }
     fn take_skipped(&mut self) -> u64 {
         self.inner.take_skipped()
+    }
+    fn frame_size_hint(&mut self) -> Option<(u32, u32)> {
+        self.inner.frame_size_hint()
     }
 }
 
@@ -433,4 +449,22 @@ fn an_unreadable_file_is_skipped_unless_strict() {
     assert!(strict.next_frame().expect("first file").is_some());
     let err = strict.next_frame().expect_err("strict stops");
     assert!(err.to_string().contains("000002.png"), "{err}");
+}
+
+/// A live source is read only once the model's session is prepared for its frames: a slow
+/// warm-up (the GPU tunes and captures its calls) costs no frames.
+#[test]
+fn a_live_source_waits_for_the_warm_up() {
+    let model = slow_to_start(true, Duration::from_millis(800));
+    let seen = run(
+        Box::new(Paced::new(courthouse(10), 10.0)),
+        model as Arc<dyn FrameModel>,
+        PipelineConfig::default(),
+        |_, _| {},
+    );
+    let s = seen.summary.expect("summary");
+    assert_eq!((s.frames_processed, s.frames_dropped), (10, 0), "{s:#?}");
+    assert!(s.session_start_s >= 0.8, "{s:#?}");
+    assert_eq!(s.sessions, 1);
+    accounting_holds(&s);
 }

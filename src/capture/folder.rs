@@ -261,6 +261,28 @@ impl Source for ImageFolder {
         std::mem::take(&mut self.newly_skipped)
     }
 
+    /// The next file's size from its header (orientation applied), without decoding it.
+    fn frame_size_hint(&mut self) -> Option<(u32, u32)> {
+        use image::ImageDecoder;
+        let path = self.files.get(self.next_file)?;
+        let decoder = image::ImageReader::open(path)
+            .ok()?
+            .with_guessed_format()
+            .ok()?
+            .into_decoder()
+            .ok()?;
+        let (w, h) = decoder.dimensions();
+        let mut decoder = decoder;
+        let turned = matches!(
+            decoder.orientation().ok()?,
+            image::metadata::Orientation::Rotate90
+                | image::metadata::Orientation::Rotate270
+                | image::metadata::Orientation::Rotate90FlipH
+                | image::metadata::Orientation::Rotate270FlipH
+        );
+        Some(if turned { (h, w) } else { (w, h) })
+    }
+
     fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings)
     }

@@ -72,6 +72,13 @@ pub trait Source: Send {
         Vec::new()
     }
 
+    /// The size of the frames to come, when the source knows it before the first one (a
+    /// camera's mode, a folder's first image): the pipeline prepares the model for it before
+    /// the stream starts.
+    fn frame_size_hint(&mut self) -> Option<(u32, u32)> {
+        None
+    }
+
     /// Frames the source read but could not use (a file that did not decode) since the last
     /// call: the pipeline counts them as captured and skipped.
     fn take_skipped(&mut self) -> u64 {

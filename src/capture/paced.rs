@@ -103,6 +103,10 @@ impl Source for Paced {
     fn take_skipped(&mut self) -> u64 {
         self.inner.take_skipped()
     }
+
+    fn frame_size_hint(&mut self) -> Option<(u32, u32)> {
+        self.inner.frame_size_hint()
+    }
 }
 
 #[cfg(test)]

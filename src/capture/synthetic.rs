@@ -401,4 +401,8 @@ impl Source for SyntheticSource {
     fn remaining_hint(&self) -> Option<u64> {
         self.scene.frames.map(|n| n.saturating_sub(self.next))
     }
+
+    fn frame_size_hint(&mut self) -> Option<(u32, u32)> {
+        Some((self.scene.width, self.scene.height))
+    }
 }

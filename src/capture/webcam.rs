@@ -121,6 +121,8 @@ pub struct Webcam {
     frames: Receiver<Result<CapturedFrame, CaptureError>>,
     device: String,
     description: String,
+    /// The mode the camera streams in.
+    size: (u32, u32),
 }
 
 impl Webcam {
@@ -137,7 +139,8 @@ impl Webcam {
             .spawn(move || match CameraReader::open(&request, thread_device) {
                 Ok(reader) => {
                     // Nobody waiting means `open` gave up on the camera: nobody to stream to.
-                    if ready_tx.send(Ok(reader.describe())).is_ok() {
+                    let size = (reader.format.width(), reader.format.height());
+                    if ready_tx.send(Ok((reader.describe(), size))).is_ok() {
                         reader.stream(frames_tx);
                     }
                 }
@@ -152,10 +155,11 @@ impl Webcam {
                 reason: format!("cannot start the camera thread: {e}"),
             })?;
         match ready_rx.recv() {
-            Ok(Ok(description)) => Ok(Webcam {
+            Ok(Ok((description, size))) => Ok(Webcam {
                 frames: frames_rx,
                 device,
                 description,
+                size,
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(CaptureError::Camera {
@@ -184,6 +188,10 @@ impl Source for Webcam {
 
     fn describe(&self) -> String {
         self.description.clone()
+    }
+
+    fn frame_size_hint(&mut self) -> Option<(u32, u32)> {
+        Some(self.size)
     }
 }
 

@@ -210,7 +210,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     run_output::print_summary(&summary, &dir);
     if let Some(first) = summary.first_result_s {
         println!(
-            "startup:    model ready {pipeline_started:.2} s after launch, first result at {:.2} s",
+            "startup:    model ready {pipeline_started:.2} s after launch, session prepared in {:.2} s, first result at {:.2} s",
+            summary.session_start_s,
             pipeline_started + first
         );
     }

@@ -176,6 +176,11 @@ impl ModelSession for GpuModelSession {
         MAX_IN_FLIGHT
     }
 
+    fn warm_up(&mut self) -> Result<(), ModelError> {
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(self.session.warm_up()?)
+    }
+
     fn set_point_filter(&mut self, filter: PointFilter) {
         self.session
             .set_point_filter(filter.min_confidence, filter.stride.max(1) as u32);

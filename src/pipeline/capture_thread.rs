@@ -1,11 +1,15 @@
 //! The capture thread: reads the source, preprocesses to the model's input size (or, for a
 //! backend that preprocesses on its device, only checks the size it will come to), and hands
-//! frames to inference. Live sources keep only the newest frame (the older one is taken back
-//! out of the queue and counted as dropped); other sources block until inference takes the
-//! frame, so nothing is dropped.
+//! frames to inference. Live sources keep only the newest frame (older ones are taken back out
+//! of the queue and counted as dropped), except while a session starts: then up to its scale
+//! frames may wait, since inference will catch up once its first call is done. Other sources
+//! block until inference takes the frame, so nothing is dropped.
+//!
+//! The loop starts reading only when inference says it is ready (its model session prepared for
+//! the source's frame size), so a camera's first frames are not lost to the model's start-up.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
@@ -76,6 +80,10 @@ pub(crate) struct CaptureLoop {
     pub stop: Arc<AtomicBool>,
     pub counters: Arc<CaptureCounters>,
     pub max_frames: Option<u64>,
+    /// Inference sends (or hangs up) when it is ready for the first frame.
+    pub ready: Receiver<()>,
+    /// Frames a live source may keep queued (inference changes it; see the module docs).
+    pub live_queue: Arc<AtomicUsize>,
 }
 
 /// How often a blocked hand-off looks at the stop flag.
@@ -83,6 +91,8 @@ const STOP_POLL: Duration = Duration::from_millis(20);
 
 impl CaptureLoop {
     pub(crate) fn run(mut self) {
+        // Either answer means go: a hung-up inference thread is noticed at the first hand-over.
+        let _ = self.ready.recv();
         let live = self.source.is_live();
         while !self.stop.load(Ordering::Acquire) {
             if self
@@ -200,21 +210,24 @@ impl CaptureLoop {
         })
     }
 
-    /// Live: never wait. If the queue holds an older frame, take it back and count it.
+    /// Live: never wait. When the queue holds as many frames as it may, take them all back
+    /// (the newest frame replaces them) and count them; the frame handed over carries the count,
+    /// so the gap before it is exactly its `dropped_before`.
     fn hand_over_newest(&mut self, mut input: InputFrame) -> bool {
         input.sent_at = Instant::now();
         loop {
+            let limit = self.live_queue.load(Ordering::Acquire).max(1);
+            if self.frames.len() >= limit {
+                // Inference may take some meanwhile; what is left is stale.
+                while let Ok(stale) = self.frames_back.try_recv() {
+                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                    input.dropped_before += stale.dropped_before + 1;
+                }
+            }
             match self.frames.try_send(input) {
                 Ok(()) => return true,
                 Err(TrySendError::Disconnected(_)) => return false,
-                Err(TrySendError::Full(back)) => {
-                    input = back;
-                    // Inference may take the stale frame meanwhile; then just retry.
-                    if let Ok(stale) = self.frames_back.try_recv() {
-                        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                        input.dropped_before += stale.dropped_before + 1;
-                    }
-                }
+                Err(TrySendError::Full(back)) => input = back,
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -39,6 +39,10 @@ struct Session {
     scale_done: bool,
     /// Calls queued on the backend, oldest first, waiting for their outputs.
     in_flight: VecDeque<Call>,
+    /// A live source may queue the scale frames until the session's first results are out and
+    /// the queue it built up meanwhile has been taken.
+    live_grace: bool,
+    first_results_out: bool,
 }
 
 /// One model call's frames and kind.
@@ -61,6 +65,12 @@ pub(crate) struct Inference {
     pub capture_counters: Arc<CaptureCounters>,
     pub capture_thread: Option<JoinHandle<()>>,
     pub summary: PipelineSummary,
+    /// The session's size, known before the first frame (see `Source::frame_size_hint`).
+    pub prepare: Option<(usize, usize)>,
+    /// Told when inference is ready for frames (dropped: go anyway).
+    pub ready: Option<crossbeam_channel::Sender<()>>,
+    /// A live source's queue limit (None for other sources).
+    pub live_queue: Option<Arc<AtomicUsize>>,
     pub stage_sums: StageSums,
     pub started: Instant,
     /// When the first result went out, and how many had gone out then.
@@ -102,6 +112,9 @@ impl Inference {
             capture_counters,
             capture_thread: None,
             summary,
+            prepare: None,
+            ready: None,
+            live_queue: None,
             stage_sums: StageSums::default(),
             started: Instant::now(),
             first_result: None,
@@ -115,9 +128,20 @@ impl Inference {
     }
 
     pub(crate) fn run(mut self) {
+        if let Some((height, width)) = self.prepare {
+            // A failure here is reported like any session that cannot open; the first frame
+            // tries again.
+            self.open_session(height, width);
+        }
+        if let Some(ready) = self.ready.take()
+            && ready.send(()).is_err()
+        {
+            tracing::debug!("the capture thread had stopped before inference was ready");
+        }
         let no_frames = never::<InputFrame>();
         let no_notes = never::<CaptureNote>();
         while !self.stopping {
+            self.end_live_grace();
             // Overlap only pays when the next frame is already here: otherwise the newest
             // result is worth more than a queued call (a live source's latency).
             if self.frames.is_empty() || self.paused || self.input_done {
@@ -238,15 +262,18 @@ impl Inference {
             self.limits.scale_frames,
             self.limits.max_frame_num,
         );
+        let warm_up = Instant::now();
         let opened = scheduler.map_err(|e| e.to_string()).and_then(|scheduler| {
             self.model
                 .start_session(height, width, options)
-                .map(|mut model| {
+                .and_then(|mut model| {
                     model.set_point_filter(self.filter);
-                    (model, scheduler)
+                    model.warm_up()?;
+                    Ok((model, scheduler))
                 })
                 .map_err(|e| e.to_string())
         });
+        self.summary.session_start_s += warm_up.elapsed().as_secs_f64();
         match opened {
             Ok((model, scheduler)) => {
                 self.summary.sessions += 1;
@@ -258,7 +285,12 @@ impl Inference {
                     scale_buffer: Vec::new(),
                     scale_done: false,
                     in_flight: VecDeque::new(),
+                    live_grace: true,
+                    first_results_out: false,
                 });
+                if let Some(limit) = &self.live_queue {
+                    limit.store(self.limits.scale_frames.max(1), Ordering::Release);
+                }
                 self.session.as_mut()
             }
             Err(message) => {
@@ -273,6 +305,17 @@ impl Inference {
     }
 
     fn on_frame(&mut self, frame: InputFrame, received_at: Instant) {
+        // A session prepared from the source's size hint that the first frame does not fit (the
+        // hinted file did not decode, the next is another size) is opened again at its size.
+        let unused_misfit = self.session.as_ref().is_some_and(|s| {
+            !s.scale_done
+                && s.scale_buffer.is_empty()
+                && (s.height, s.width) != (frame.height, frame.width)
+        });
+        if unused_misfit {
+            self.session = None;
+            self.summary.sessions = self.summary.sessions.saturating_sub(1);
+        }
         if self.session.is_none() && self.open_session(frame.height, frame.width).is_none() {
             self.summary.frames_skipped += 1;
             return;
@@ -323,6 +366,20 @@ impl Inference {
         session.scale_done = true;
         let frames = std::mem::take(&mut session.scale_buffer);
         self.run_call(frames, FrameType::Scale);
+    }
+
+    /// Back to a one-frame live queue once the session's first results are out and the frames
+    /// queued meanwhile have all been taken.
+    fn end_live_grace(&mut self) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        if session.live_grace && session.first_results_out && self.frames.is_empty() {
+            session.live_grace = false;
+            if let Some(limit) = &self.live_queue {
+                limit.store(1, Ordering::Release);
+            }
+        }
     }
 
     /// Starts one model call. A backend that queues calls gets the next one while it runs this
@@ -470,6 +527,7 @@ impl Inference {
                 return;
             }
         };
+        session.first_results_out = true;
         let cache = session.model.cache_snapshot();
         let model_rgb = step.model_rgb.take();
         let (inputs, received): (Vec<InputFrame>, Vec<Instant>) = frames.into_iter().unzip();

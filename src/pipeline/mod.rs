@@ -19,7 +19,7 @@ pub mod model;
 pub mod summary;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Sender, bounded, unbounded};
@@ -116,8 +116,24 @@ impl Pipeline {
             window: config.window.unwrap_or(limits.default_window),
             keyframes,
         };
+        let mut source = source;
+        // The model's session is prepared for this size before the first frame is read.
+        let prepare = source.frame_size_hint().and_then(|(w, h)| {
+            crate::model::preprocess::target_size(w as usize, h as usize, &limits.preprocess)
+                .ok()
+                .map(|(width, _, height)| (height, width))
+        });
         let live = source.is_live();
-        let (frames_tx, frames_rx) = bounded(if live { 1 } else { config.queue.max(1) });
+        // A live source's queue holds one frame, or while a session starts its scale frames
+        // (`live_queue`, set by inference); the channel is sized for the larger.
+        let scale_queue = limits.scale_frames.max(1);
+        let (frames_tx, frames_rx) = bounded(if live {
+            scale_queue
+        } else {
+            config.queue.max(1)
+        });
+        let live_queue = Arc::new(AtomicUsize::new(scale_queue));
+        let (ready_tx, ready_rx) = bounded(1);
         let (notes_tx, notes_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let stop = Arc::new(AtomicBool::new(false));
@@ -137,6 +153,8 @@ impl Pipeline {
             stop: Arc::clone(&stop),
             counters: Arc::clone(&counters),
             max_frames: config.max_frames,
+            ready: ready_rx,
+            live_queue: Arc::clone(&live_queue),
         };
         let mut inference = Inference::new(
             model,
@@ -150,6 +168,9 @@ impl Pipeline {
             counters,
             summary,
         );
+        inference.prepare = prepare;
+        inference.ready = Some(ready_tx);
+        inference.live_queue = live.then_some(live_queue);
         let capture_handle = std::thread::Builder::new()
             .name("capture".into())
             .spawn(move || capture.run())

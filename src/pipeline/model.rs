@@ -151,6 +151,12 @@ pub trait ModelSession: Send {
         ))
     }
 
+    /// Prepares the session for a stream before its first frame (the GPU tunes and captures its
+    /// calls); the session is as new afterwards. The default does nothing.
+    fn warm_up(&mut self) -> Result<(), ModelError> {
+        Ok(())
+    }
+
     /// Calls that may be queued at once ([`Self::submit`] returning `Queued`).
     fn max_in_flight(&self) -> usize {
         1

@@ -37,6 +37,8 @@ pub struct PipelineSummary {
     /// Frames per second after the first result: the stream's pace once it runs, without the
     /// start-up and the scale call.
     pub steady_fps: f64,
+    /// Seconds spent opening model sessions (with the backend's warm-up).
+    pub session_start_s: f64,
     /// Seconds the inference thread spent handing results to consumers that were behind (a
     /// lossless consumer with a full queue makes it wait; see `Delivery`).
     pub consumer_wait_s: f64,
