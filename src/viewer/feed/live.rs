@@ -333,6 +333,45 @@ mod tests {
         assert!(to_pipeline(ViewerControl::Recording(true), &mut policy).is_empty());
     }
 
+    /// What the loader says while it works (a download's progress) reaches the status bar.
+    #[test]
+    fn the_loaders_progress_lines_reach_the_status_bar() {
+        use crate::capture::{SyntheticScene, SyntheticSource};
+        let feed = Box::new(LiveFeed {
+            source: Box::new(SyntheticSource::new(SyntheticScene {
+                frames: Some(1),
+                ..SyntheticScene::default()
+            })),
+            config: PipelineConfig::default(),
+            load_model: Box::new(
+                |status: &dyn Fn(String)| -> Result<LoadedModel, LoadError> {
+                    status("downloading w.bin: 1 of 2 MB (50 %)".into());
+                    Err("offline".into())
+                },
+            ),
+            recording: RecordingPlan {
+                dir: PathBuf::from("unused"),
+                at_launch: None,
+                config: serde_json::json!({}),
+            },
+        });
+        let (tx, rx) = crossbeam_channel::bounded(16);
+        let (_controls_tx, controls_rx) = crossbeam_channel::unbounded();
+        assert!(feed.run(&tx, &controls_rx).is_empty());
+        drop(tx);
+        let statuses: Vec<String> = rx
+            .iter()
+            .filter_map(|e| match e {
+                ViewerEvent::Status(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            statuses.iter().any(|s| s.contains("downloading w.bin")),
+            "{statuses:?}"
+        );
+    }
+
     #[test]
     fn pipeline_events_become_window_events() {
         assert!(matches!(
