@@ -538,21 +538,33 @@ fn sigterm_closes_the_viewer_and_finishes_its_recording() {
         eprintln!("skipping: no Xvfb on this machine to open the viewer on");
         return;
     };
-    let display = format!(":{}", 90 + std::process::id() % 100);
+    // Xvfb picks a free display itself and writes its number once it is ready.
     let mut server = Command::new(xvfb)
         .args([
-            display.as_str(),
+            "-displayfd",
+            "1",
             "-screen",
             "0",
             "1280x800x24",
             "-nolisten",
             "tcp",
         ])
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("Xvfb starts");
-    std::thread::sleep(Duration::from_millis(500));
+    let mut number = String::new();
+    let ready = server
+        .stdout
+        .take()
+        .map(|out| BufReader::new(out).read_line(&mut number));
+    if !matches!(ready, Some(Ok(n)) if n > 0) {
+        server.kill().ok();
+        server.wait().ok();
+        eprintln!("skipping: Xvfb did not start");
+        return;
+    }
+    let display = format!(":{}", number.trim());
     let dir = tempfile::tempdir().expect("tempdir");
     let recording = dir.path().join("r.srec");
     let mut child = spawn(
