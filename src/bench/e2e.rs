@@ -67,6 +67,7 @@ pub struct FrameTime {
     pub keyframe: bool,
     pub wall_ms: f64,
     pub gpu_ms: f64,
+    /// Host time of the submission: plan, page table, image, launch, copies queued.
     pub host_ms: f64,
     pub image_upload_ms: f64,
     pub graph: bool,

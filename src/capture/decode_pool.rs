@@ -116,7 +116,7 @@ impl<J: Send + 'static, T: Send + 'static> OrderedPool<J, T> {
     }
 
     /// The next result in submission order, waiting for it; `None` when nothing is outstanding.
-    pub fn next(&mut self) -> Option<Result<T, PoolError>> {
+    pub fn next_result(&mut self) -> Option<Result<T, PoolError>> {
         if self.outstanding() == 0 {
             return None;
         }
@@ -185,10 +185,10 @@ mod tests {
                 pool.submit(next).expect("submit");
                 next += 1;
             }
-            out.push(pool.next().expect("outstanding").expect("no panic"));
+            out.push(pool.next_result().expect("outstanding").expect("no panic"));
         }
         assert_eq!(out, (0..40).map(|i| i * 10).collect::<Vec<_>>());
-        assert!(pool.next().is_none());
+        assert!(pool.next_result().is_none());
     }
 
     /// The pool never runs more than `depth` jobs ahead of what was taken out.
@@ -214,7 +214,7 @@ mod tests {
             5,
             "only the submitted jobs ran"
         );
-        assert_eq!(pool.next(), Some(Ok(0)));
+        assert_eq!(pool.next_result(), Some(Ok(0)));
         assert!(pool.has_room());
     }
 
@@ -230,14 +230,14 @@ mod tests {
         for i in 0..3 {
             pool.submit(i).expect("submit");
         }
-        assert_eq!(pool.next(), Some(Ok(0)));
-        match pool.next() {
+        assert_eq!(pool.next_result(), Some(Ok(0)));
+        match pool.next_result() {
             Some(Err(PoolError::Panicked { message, .. })) => {
                 assert!(message.contains("bad frame 1"), "{message}")
             }
             other => panic!("expected the panic, got {other:?}"),
         }
-        assert_eq!(pool.next(), Some(Ok(2)));
+        assert_eq!(pool.next_result(), Some(Ok(2)));
     }
 
     /// Dropping a pool with jobs in flight returns (workers finish their job and exit).

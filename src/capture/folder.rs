@@ -207,7 +207,7 @@ impl Source for ImageFolder {
     fn next_frame(&mut self) -> Result<Option<CapturedFrame>, CaptureError> {
         loop {
             self.fill_pool()?;
-            let Some(next) = self.pool.as_mut().and_then(|p| p.next()) else {
+            let Some(next) = self.pool.as_mut().and_then(|p| p.next_result()) else {
                 return Ok(None);
             };
             let done = next.map_err(|e| CaptureError::Worker(e.to_string()))?;

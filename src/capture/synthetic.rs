@@ -345,7 +345,7 @@ impl SyntheticSource {
         let Some(pool) = self.pool.as_mut() else {
             return Ok(());
         };
-        while pool.has_room() && !self.scene.frames.is_some_and(|n| self.next_render >= n) {
+        while pool.has_room() && self.scene.frames.is_none_or(|n| self.next_render < n) {
             pool.submit(self.next_render)
                 .map_err(|e| CaptureError::Worker(e.to_string()))?;
             self.next_render += 1;
@@ -361,7 +361,7 @@ impl Source for SyntheticSource {
         }
         let clock = Instant::now();
         self.fill_pool()?;
-        let Some(next) = self.pool.as_mut().and_then(|p| p.next()) else {
+        let Some(next) = self.pool.as_mut().and_then(|p| p.next_result()) else {
             return Ok(None);
         };
         let rendered = next.map_err(|e| CaptureError::Worker(e.to_string()))?;

@@ -110,11 +110,11 @@ fn print_table(r: &E2eReport) {
         r.scale_frames, r.phase1_ms
     );
     println!(
-        "| per frame, median (wall / GPU / host before launch) | {:.2} / {:.2} / {:.3} ms |",
+        "| per frame, median (wall / GPU / host submission) | {:.2} / {:.2} / {:.3} ms |",
         r.median_wall_ms, r.median_gpu_ms, r.median_host_ms
     );
     println!(
-        "| host before launch: plan + page table / image upload | {:.3} / {:.3} ms |",
+        "| host submission: plan, page table, launch, copies queued / image upload | {:.3} / {:.3} ms |",
         r.median_host_ms - r.median_image_upload_ms,
         r.median_image_upload_ms
     );

@@ -613,10 +613,8 @@ impl GpuSession {
         let scale = self.shape.max_call;
         let grey = vec![0.5f32; scale * 3 * plane];
         self.step(&grey, 0..scale as u64, true)?;
-        let mut frame = scale as u64;
-        for keyframe in [true, true, false, false] {
+        for (frame, keyframe) in (scale as u64..).zip([true, true, false, false]) {
             self.step(&grey[..3 * plane], frame..frame + 1, keyframe)?;
-            frame += 1;
         }
         let cfg = self.table.config().clone();
         self.table = PageTable::new(cfg).map_err(cache_err)?;
