@@ -83,12 +83,14 @@ fn drain(mut source: Box<dyn Source>) -> f64 {
 fn throughput(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     write_jpegs(dir.path());
-    let workers = default_workers();
+    // One thread against the default pool (the same on a machine with few cores: once).
+    let mut counts = vec![1, default_workers()];
+    counts.dedup();
     let mut g = c.benchmark_group("sources, frames delivered");
     g.sample_size(10)
         .measurement_time(Duration::from_secs(6))
         .throughput(Throughput::Elements(FILES));
-    for w in [1, workers] {
+    for &w in &counts {
         g.bench_function(format!("folder of 720p JPEGs, {w} decode threads"), |b| {
             b.iter(|| {
                 drain(Box::new(
@@ -99,7 +101,7 @@ fn throughput(c: &mut Criterion) {
             })
         });
     }
-    for w in [1, workers] {
+    for &w in &counts {
         g.bench_function(format!("synthetic room 640x480, {w} render threads"), |b| {
             b.iter(|| {
                 drain(Box::new(
