@@ -115,6 +115,17 @@ impl<J: Send + 'static, T: Send + 'static> OrderedPool<J, T> {
         Ok(())
     }
 
+    /// Submits the jobs `next_job` gives while there is room (the source's look-ahead).
+    pub fn fill(&mut self, mut next_job: impl FnMut() -> Option<J>) -> Result<(), PoolError> {
+        while self.has_room() {
+            let Some(job) = next_job() else {
+                break;
+            };
+            self.submit(job)?;
+        }
+        Ok(())
+    }
+
     /// The next result in submission order, waiting for it; `None` when nothing is outstanding.
     pub fn next_result(&mut self) -> Option<Result<T, PoolError>> {
         if self.outstanding() == 0 {

@@ -123,14 +123,13 @@ impl ImageFolder {
         let Some(pool) = self.pool.as_mut() else {
             return Ok(());
         };
-        while pool.has_room()
-            && let Some(path) = self.files.get(self.next_file)
-        {
-            pool.submit(path.clone())
-                .map_err(|e| CaptureError::Worker(e.to_string()))?;
-            self.next_file += 1;
-        }
-        Ok(())
+        let (files, next_file) = (&self.files, &mut self.next_file);
+        pool.fill(|| {
+            let path = files.get(*next_file)?.clone();
+            *next_file += 1;
+            Some(path)
+        })
+        .map_err(|e| CaptureError::Worker(e.to_string()))
     }
 
     /// The files in the order they will be read.

@@ -17,15 +17,17 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    /// `fps` must be finite and positive (callers check flags; this clamps to one a day).
+    /// `fps` is clamped to at least one frame a day (callers check their flags; this keeps a
+    /// bad value from panicking or stalling forever).
     pub fn new(fps: f64) -> Self {
-        let fps = if fps.is_finite() && fps > 0.0 {
-            fps
+        const SLOWEST: f64 = 1.0 / 86_400.0;
+        let fps = if fps.is_finite() {
+            fps.max(SLOWEST)
         } else {
-            1.0 / 86_400.0
+            SLOWEST
         };
         Self {
-            period: Duration::from_secs_f64(1.0 / fps.max(1.0 / 86_400.0)),
+            period: Duration::from_secs_f64(1.0 / fps),
             fps,
             start: None,
             next: 0,

@@ -345,12 +345,16 @@ impl SyntheticSource {
         let Some(pool) = self.pool.as_mut() else {
             return Ok(());
         };
-        while pool.has_room() && self.scene.frames.is_none_or(|n| self.next_render < n) {
-            pool.submit(self.next_render)
-                .map_err(|e| CaptureError::Worker(e.to_string()))?;
-            self.next_render += 1;
-        }
-        Ok(())
+        let (frames, next_render) = (self.scene.frames, &mut self.next_render);
+        pool.fill(|| {
+            let index = *next_render;
+            if frames.is_some_and(|n| index >= n) {
+                return None;
+            }
+            *next_render += 1;
+            Some(index)
+        })
+        .map_err(|e| CaptureError::Worker(e.to_string()))
     }
 }
 

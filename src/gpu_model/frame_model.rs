@@ -102,14 +102,13 @@ impl GpuModelSession {
         stages.push(stage("gpu_submit", t.host_ms));
         stages.push(stage("gpu_wait", t.wait_ms));
         stages.push(stage("gpu_collect", t.collect_ms));
-        let plane = height * width;
         let model_rgb = out
             .model_rgb
-            .chunks_exact(plane * 3)
+            .into_iter()
             .map(|data| RgbImage {
                 width: width as u32,
                 height: height as u32,
-                data: data.to_vec(),
+                data,
             })
             .collect();
         ModelStep {

@@ -75,6 +75,23 @@ pub fn target_size(
     Ok((cfg.width, resized_height, resized_height.min(cfg.width)))
 }
 
+/// [`target_size`] of a packed 8-bit RGB buffer of `len` bytes, which must hold the image: what
+/// [`preprocess_rgb8`] checks, for a caller that leaves the resize to the GPU.
+pub fn rgb8_target_size(
+    len: usize,
+    src_width: usize,
+    src_height: usize,
+    cfg: &PreprocessConfig,
+) -> Result<(usize, usize, usize)> {
+    if len != src_width * src_height * 3 {
+        return Err(ModelError::BadInput(format!(
+            "RGB buffer holds {len} bytes, a {src_width}×{src_height} image needs {}",
+            src_width * src_height * 3
+        )));
+    }
+    target_size(src_width, src_height, cfg)
+}
+
 /// Preprocess packed 8-bit RGB (`[height][width][3]`).
 pub fn preprocess_rgb8(
     rgb: &[u8],
@@ -82,14 +99,7 @@ pub fn preprocess_rgb8(
     src_height: usize,
     cfg: &PreprocessConfig,
 ) -> Result<Frame> {
-    if rgb.len() != src_width * src_height * 3 {
-        return Err(ModelError::BadInput(format!(
-            "RGB buffer holds {} bytes, a {src_width}×{src_height} image needs {}",
-            rgb.len(),
-            src_width * src_height * 3
-        )));
-    }
-    let (w, resized_h, final_h) = target_size(src_width, src_height, cfg)?;
+    let (w, resized_h, final_h) = rgb8_target_size(rgb.len(), src_width, src_height, cfg)?;
     let mut planes = FeatureMap::zeros(3, src_height, src_width);
     for (i, px) in rgb.chunks_exact(3).enumerate() {
         for (c, &v) in px.iter().enumerate() {

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
 
 use crate::capture::{CapturedFrame, Source};
-use crate::model::preprocess::{PreprocessConfig, preprocess_rgb8, target_size};
+use crate::model::preprocess::{PreprocessConfig, preprocess_rgb8, rgb8_target_size};
 
 use crate::frame::RgbImage;
 
@@ -159,18 +159,9 @@ impl CaptureLoop {
         let prepared = if self.preprocess_on_device {
             // Only the size it will come to: a frame the session cannot take is skipped here,
             // as on the host path.
-            let valid = if img.data.len() == w * h * 3 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "RGB buffer holds {} bytes, a {w}×{h} image needs {}",
-                    img.data.len(),
-                    w * h * 3
-                ))
-            };
-            valid
-                .and_then(|()| target_size(w, h, &self.preprocess).map_err(|e| e.to_string()))
+            rgb8_target_size(img.data.len(), w, h, &self.preprocess)
                 .map(|(width, _, height)| (height, width, None))
+                .map_err(|e| e.to_string())
         } else {
             preprocess_rgb8(&img.data, w, h, &self.preprocess)
                 .map(|pre| {

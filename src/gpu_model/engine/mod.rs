@@ -156,8 +156,9 @@ pub struct GpuStepOutput {
     pub pose_enc: Vec<[f32; POSE_ENC_LEN]>,
     pub cameras: Vec<Camera>,
     pub points: Vec<GpuPoints>,
-    /// The model's input as 8-bit RGB, `[S][H][W][3]` (the result's image; the points' colours).
-    pub model_rgb: Vec<u8>,
+    /// Each frame's model input as 8-bit RGB, `[H][W][3]` (the result's image; the points'
+    /// colours).
+    pub model_rgb: Vec<Vec<u8>>,
     /// `[S][H][W]` when the session downloads maps, else empty.
     pub depth: Vec<f32>,
     pub depth_conf: Vec<f32>,

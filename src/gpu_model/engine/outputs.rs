@@ -188,7 +188,10 @@ impl GpuSession {
             pose_enc,
             cameras,
             points,
-            model_rgb: o.model_rgb.as_slice()?[..s * 3 * plane].to_vec(),
+            model_rgb: o.model_rgb.as_slice()?[..s * 3 * plane]
+                .chunks_exact(3 * plane)
+                .map(<[u8]>::to_vec)
+                .collect(),
             depth,
             depth_conf,
             timing: StepTiming::default(),
