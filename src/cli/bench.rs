@@ -2,7 +2,8 @@
 //!
 //! `bench attention` times one global-attention layer at the shapes of docs/performance.md
 //! ([`crate::bench::attention`]); `bench e2e` the whole model ([`crate::bench::e2e`]). Both need
-//! a CUDA GPU; without one they say why and fail.
+//! a CUDA GPU; without one they say why and fail. `bench viewer` renders the window's 3D view
+//! offscreen on any wgpu adapter ([`crate::bench::viewer`], `super::bench_viewer`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -20,6 +21,8 @@ pub enum BenchWhat {
     Attention,
     /// The whole model on the GPU, frame by frame (random weights, synthetic images).
     E2e,
+    /// The 3D view offscreen on a headless wgpu adapter: sprites and the compute rasteriser.
+    Viewer,
 }
 
 #[derive(Debug, clap::Args)]
@@ -64,7 +67,8 @@ pub struct BenchArgs {
     /// e2e: input size as WIDTHxHEIGHT (multiples of 14).
     #[arg(long, default_value = "518x378")]
     pub resolution: String,
-    /// e2e: streaming frames after the scale frames.
+    /// e2e: streaming frames after the scale frames. viewer: camera positions on the orbit,
+    /// each rendered and timed once per case.
     #[arg(long, default_value_t = 200)]
     pub frames: usize,
     /// e2e: attention layout of the global blocks.
@@ -85,12 +89,43 @@ pub struct BenchArgs {
     /// e2e: take cuBLASLt's first guess for every GEMM shape instead of timing its candidates.
     #[arg(long)]
     pub gemm_heuristic: bool,
+    /// viewer: the offscreen view's size, WIDTHxHEIGHT.
+    #[arg(long, default_value = "1920x1080")]
+    pub size: String,
+    /// viewer: millions of points stored, comma separated and ascending (each a stage: the
+    /// store grows to it, then every path and budget is timed), e.g. 4,20,100.
+    #[arg(long, default_value = "4")]
+    pub points: String,
+    /// viewer: a recorded session's points (a .srec file or a session folder) instead of the
+    /// synthetic room; its frames are cycled until the point count is reached.
+    #[arg(long, value_name = "DIR")]
+    pub session: Option<std::path::PathBuf>,
+    /// viewer: render paths, comma separated: sprites, compute, compute32, auto (the window's
+    /// choice), all (every path the adapter has).
+    #[arg(long, default_value = "auto")]
+    pub path: String,
+    /// viewer: draw every point (no level-of-detail stride) instead of the default budget.
+    #[arg(long)]
+    pub every_point: bool,
+    /// viewer: budgets to time, comma separated (every, default); overrides --every-point.
+    #[arg(long)]
+    pub budgets: Option<String>,
+    /// viewer: point size in pixels.
+    #[arg(long, default_value_t = 2.0)]
+    pub point_size: f32,
+    /// viewer: the synthetic room's frame size (every pixel a point), WIDTHxHEIGHT.
+    #[arg(long, default_value = "640x480")]
+    pub room_frame: String,
+    /// viewer: skip comparing the compute paths' pictures with the sprites'.
+    #[arg(long)]
+    pub no_compare: bool,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.what {
         BenchWhat::Attention => attention(&args),
         BenchWhat::E2e => super::bench_e2e::run(&args),
+        BenchWhat::Viewer => super::bench_viewer::run(&args),
     }
 }
 

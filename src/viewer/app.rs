@@ -76,8 +76,10 @@ pub struct ViewerReport {
     pub points_on_gpu: u64,
     /// Frame rate over the last repaints before closing (all points loaded).
     pub fps_at_end: f64,
-    /// Sprites drawn per repaint at the end (after the point budget).
+    /// Points drawn per repaint at the end (after the point budget).
     pub sprites_drawn: u64,
+    /// How the points were drawn (`None`: no GPU).
+    pub render_path: Option<crate::viewer::raster::RenderPath>,
     pub screenshot: Option<PathBuf>,
     pub error: Option<String>,
     /// The notices that were on screen (random weights, failures).
@@ -150,7 +152,9 @@ impl ViewerApp {
         };
         let mut cloud = CloudView::new(render_state);
         if let Some(budget) = options.point_budget {
+            // Asked for explicitly: it limits whichever path draws.
             cloud.settings.point_budget = budget;
+            cloud.settings.compute_point_budget = Some(budget);
         }
         Self {
             events,
@@ -362,7 +366,8 @@ impl ViewerApp {
             self.send(messages);
             ui.separator();
             ui.heading("View");
-            let requests = panels::render_settings_ui(ui, &mut self.cloud.settings);
+            let path = self.cloud.path();
+            let requests = panels::render_settings_ui(ui, &mut self.cloud.settings, path);
             self.cloud.update_camera(&self.history, requests);
         });
     }
@@ -443,13 +448,8 @@ impl ViewerApp {
             report.points_on_gpu = self.cloud.book().total_points();
             report.notices.clone_from(&self.options.notices);
             report.fps_at_end = self.fps.rolling();
-            let stride = self.cloud.gpu_stats().stride;
-            report.sprites_drawn = self
-                .cloud
-                .book()
-                .draw_counts(stride)
-                .map(|(_, n)| u64::from(n))
-                .sum();
+            report.sprites_drawn = self.cloud.points_drawn();
+            report.render_path = Some(self.cloud.path());
         }
     }
 }
@@ -543,6 +543,7 @@ pub fn run_viewer(
         viewport: egui::ViewportBuilder::default()
             .with_title("streamrecon")
             .with_inner_size([1600.0, 960.0]),
+        wgpu_options: super::gpu::window_wgpu_options(),
         ..Default::default()
     };
     eframe::run_native(

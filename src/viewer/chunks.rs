@@ -9,9 +9,9 @@ use std::ops::Range;
 
 use bytemuck::{Pod, Zeroable};
 
-/// Points per chunk: 1 Mi points of 24 bytes, 24 MiB per buffer (well under wgpu's default
-/// 128 MiB storage binding limit).
-pub const DEFAULT_CHUNK_POINTS: u32 = 1 << 20;
+/// Points per chunk: 4 Mi points of 24 bytes, 96 MiB per buffer (under wgpu's default 128 MiB
+/// storage binding limit, so every adapter takes it); 100 M points are 24 chunks.
+pub const DEFAULT_CHUNK_POINTS: u32 = 4 << 20;
 
 /// One point as the point shader reads it (`Point` in `shaders/points.wgsl`).
 #[repr(C)]
@@ -51,7 +51,7 @@ pub struct ChunkBook {
     chunk_points: u32,
     /// Points stored in each chunk; all but the last are full.
     lens: Vec<u32>,
-    /// Hard cap on stored points (GPU memory); appends past it are refused and counted.
+    /// Cap on stored points (what the GPU gave); appends past it are refused and counted.
     max_points: u64,
     refused_points: u64,
 }
@@ -80,6 +80,24 @@ impl ChunkBook {
 
     pub fn total_points(&self) -> u64 {
         self.lens.iter().map(|&n| u64::from(n)).sum()
+    }
+
+    pub fn max_points(&self) -> u64 {
+        self.max_points
+    }
+
+    /// Chunks the book would hold after appending `count` more points (within the cap).
+    pub fn chunks_after(&self, count: usize) -> usize {
+        let room = self.max_points.saturating_sub(self.total_points());
+        let total = self.total_points() + (count as u64).min(room);
+        total.div_ceil(u64::from(self.chunk_points)) as usize
+    }
+
+    /// Caps the store at `chunks` chunks (the GPU would give no more): later appends past
+    /// them are refused and counted. Never below what is stored.
+    pub fn limit_to_chunks(&mut self, chunks: usize) {
+        let cap = (chunks as u64 * u64::from(self.chunk_points)).max(self.total_points());
+        self.max_points = self.max_points.min(cap);
     }
 
     /// Points that did not fit under `max_points`.
@@ -219,6 +237,24 @@ mod tests {
         book.clear();
         assert_eq!(book.total_points(), 0);
         assert_eq!(book.refused_points(), 0);
+    }
+
+    #[test]
+    fn a_chunk_limit_caps_later_appends() {
+        let mut book = ChunkBook::new(10, u64::MAX);
+        book.append(15);
+        assert_eq!(book.chunks_after(0), 2);
+        assert_eq!(book.chunks_after(6), 3);
+        // The GPU gave only three chunks: 30 points fit, the rest is counted.
+        book.limit_to_chunks(3);
+        assert_eq!(book.chunks_after(100), 3);
+        let p = book.append(20);
+        assert_eq!(p.iter().map(|p| p.source.len()).sum::<usize>(), 15);
+        assert_eq!(book.refused_points(), 5);
+        assert!(p.iter().all(|p| p.chunk < 3));
+        // Never below what is stored.
+        book.limit_to_chunks(1);
+        assert_eq!(book.max_points(), 30);
     }
 
     #[test]

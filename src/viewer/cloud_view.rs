@@ -10,16 +10,11 @@ use glam::{Vec2, Vec3};
 use super::camera::OrbitCamera;
 use super::chunks::{ChunkBook, DEFAULT_CHUNK_POINTS, GpuPoint};
 use super::history::StreamHistory;
-use super::lines::{LineList, frustum_colour, frustum_indices};
 use super::panels::{GpuPointStats, RenderSettings, controls::ViewRequests};
-use super::render::{SceneFrame, SceneRenderer, ViewUniforms};
+use super::raster::RenderPath;
+use super::render::{SceneFrame, SceneRenderer};
+use super::scene;
 use crate::frame::FrameResult;
-
-/// Points kept on the GPU at most (24 bytes each: 1.5 GiB).
-pub const MAX_GPU_POINTS: u64 = 64 << 20;
-/// Frustums drawn: the newest ones, and every n-th before them.
-const RECENT_FRUSTUMS: usize = 30;
-const FRUSTUM_EVERY: usize = 10;
 
 pub struct CloudView {
     pub camera: OrbitCamera,
@@ -31,6 +26,8 @@ pub struct CloudView {
     auto_framed: bool,
     last_input: Option<Instant>,
     staging: Vec<GpuPoint>,
+    /// How the points are drawn: chosen once from what the device can run.
+    path: RenderPath,
 }
 
 impl CloudView {
@@ -41,20 +38,60 @@ impl CloudView {
     }
 
     pub fn with_chunk_points(render_state: Option<RenderState>, chunk_points: u32) -> Self {
+        let mut path = RenderPath::Sprites;
         if let Some(rs) = &render_state {
-            let renderer = SceneRenderer::new(&rs.device, rs.target_format, chunk_points);
+            let downlevel = rs.adapter.get_downlevel_capabilities().flags;
+            let renderer =
+                SceneRenderer::new(&rs.device, rs.target_format, chunk_points, downlevel);
+            path = RenderPath::auto(rs.device.features(), downlevel);
+            if !renderer.supports(path) {
+                path = RenderPath::Sprites;
+            }
             rs.renderer.write().callback_resources.insert(renderer);
         }
         Self {
             camera: OrbitCamera::default(),
             settings: RenderSettings::default(),
-            book: ChunkBook::new(chunk_points, MAX_GPU_POINTS),
+            // No cap of its own: the store grows until the GPU refuses a chunk.
+            book: ChunkBook::new(chunk_points, u64::MAX),
             render_state,
             lines_dirty: true,
             auto_framed: false,
             last_input: None,
             staging: Vec::new(),
+            path,
         }
+    }
+
+    /// How the points are drawn.
+    pub fn path(&self) -> RenderPath {
+        self.path
+    }
+
+    /// Chooses how the points are drawn (the sprites where the device cannot run `path`).
+    pub fn set_path(&mut self, path: RenderPath) {
+        let supported = self.render_state.as_ref().is_some_and(|rs| {
+            rs.renderer
+                .read()
+                .callback_resources
+                .get::<SceneRenderer>()
+                .is_some_and(|r| r.supports(path))
+        });
+        self.path = if supported { path } else { RenderPath::Sprites };
+    }
+
+    /// Points drawn per repaint at the current settings and path.
+    pub fn points_drawn(&self) -> u64 {
+        let stride = self.stride();
+        self.book
+            .draw_counts(stride)
+            .map(|(_, n)| u64::from(n))
+            .sum()
+    }
+
+    fn stride(&self) -> u32 {
+        self.book
+            .stride_for_budget(scene::budget_for(&self.settings, self.path))
     }
 
     pub fn has_gpu(&self) -> bool {
@@ -71,8 +108,9 @@ impl CloudView {
             points,
             bytes: points * std::mem::size_of::<GpuPoint>() as u64,
             chunks: self.book.chunk_count(),
-            stride: self.book.stride_for_budget(self.settings.point_budget),
+            stride: self.stride(),
             refused: self.book.refused_points(),
+            path: self.path,
         }
     }
 
@@ -85,33 +123,28 @@ impl CloudView {
 
     /// Places the frame's points in the chunks and uploads them, once.
     pub fn ingest(&mut self, result: &FrameResult) {
-        let points = &result.points;
-        let n = points
-            .xyz
-            .len()
-            .min(points.rgb.len())
-            .min(points.confidence.len());
-        let placements = self.book.append(n);
+        let n = scene::point_count(result);
         self.lines_dirty = true;
         let Some(rs) = &self.render_state else {
+            self.book.append(n);
             return;
         };
+        let mut renderer = rs.renderer.write();
+        let Some(store) = renderer.callback_resources.get_mut::<SceneRenderer>() else {
+            return;
+        };
+        // Chunks first: where the GPU gives no more, the book refuses (and counts) the rest.
+        let wanted = self.book.chunks_after(n);
+        let got = store.reserve_chunks(&rs.device, wanted);
+        if got < wanted {
+            self.book.limit_to_chunks(got);
+        }
+        let placements = self.book.append(n);
         if placements.is_empty() {
             return;
         }
-        self.staging.clear();
-        self.staging.extend((0..n).map(|i| {
-            GpuPoint::new(
-                points.xyz[i],
-                points.rgb[i],
-                points.confidence[i],
-                result.frame,
-            )
-        }));
-        let mut renderer = rs.renderer.write();
-        if let Some(scene) = renderer.callback_resources.get_mut::<SceneRenderer>() {
-            scene.upload_points(&rs.device, &rs.queue, &placements, &self.staging);
-        }
+        scene::gpu_points(result, &mut self.staging);
+        store.upload_points(&rs.device, &rs.queue, &placements, &self.staging);
     }
 
     fn rebuild_lines(&mut self, history: &StreamHistory) {
@@ -122,27 +155,7 @@ impl CloudView {
         let Some(rs) = &self.render_state else {
             return;
         };
-        let radius = history.bounds.map_or(1.0, |b| b.radius());
-        let mut lines = LineList::default();
-        if self.settings.show_grid {
-            let (centre, half) = match history.bounds {
-                // Under the scene: world up is -y, so the floor is at the largest y.
-                Some(b) => (Vec3::new(b.centre().x, b.max.y, b.centre().z), radius),
-                None => (Vec3::new(0.0, 1.0, 1.0), 2.0),
-            };
-            lines.grid(centre, half, 20);
-        }
-        if self.settings.show_trajectory {
-            lines.trajectory(&history.poses);
-        }
-        if self.settings.show_frustums {
-            let count = history.poses.len();
-            let depth = (radius * 0.06).clamp(0.02, 1.0);
-            for i in frustum_indices(count, RECENT_FRUSTUMS, FRUSTUM_EVERY) {
-                let pose = &history.poses[i];
-                lines.frustum(pose, depth, frustum_colour(pose.frame_type, i + 1 == count));
-            }
-        }
+        let lines = scene::scene_lines(&self.settings, history);
         let mut renderer = rs.renderer.write();
         if let Some(scene) = renderer.callback_resources.get_mut::<SceneRenderer>() {
             scene.upload_lines(&rs.device, &rs.queue, &lines.vertices);
@@ -208,30 +221,14 @@ impl CloudView {
     }
 
     fn scene_frame(&self, history: &StreamHistory, size_px: [u32; 2]) -> SceneFrame {
-        let aspect = size_px[0] as f32 / size_px[1] as f32;
-        let stride = self.book.stride_for_budget(self.settings.point_budget);
-        let log_conf = history.log_confidence_range.unwrap_or((0.0, 3.0));
-        let uniforms = ViewUniforms {
-            clip_from_world: self.camera.clip_from_world(aspect).to_cols_array_2d(),
-            view_from_world: self.camera.view_from_world().to_cols_array_2d(),
-            viewport_px: [size_px[0] as f32, size_px[1] as f32],
-            point_size_px: self.settings.point_size_px,
-            confidence_threshold: self.settings.confidence_threshold,
-            colour_mode: self.settings.colour_mode.shader_code(),
-            stride,
-            newest_frame: history.latest_frame().unwrap_or(0) as u32,
-            age_span_frames: (history.poses.len() as f32).max(1.0),
-            depth_range: [0.0, history.max_depth.max(0.1) + self.camera.distance],
-            log_confidence_range: [log_conf.0, log_conf.1.max(log_conf.0 + 1e-3)],
-        };
-        SceneFrame {
-            uniforms,
+        scene::scene_frame(
+            &self.camera,
+            &self.settings,
+            &self.book,
+            history,
             size_px,
-            draws: self.book.draw_counts(stride).collect(),
-            draw_lines: self.settings.show_grid
-                || self.settings.show_frustums
-                || self.settings.show_trajectory,
-        }
+            self.path,
+        )
     }
 
     fn handle_input(&mut self, ui: &egui::Ui, response: &egui::Response, history: &StreamHistory) {

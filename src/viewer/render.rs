@@ -13,6 +13,7 @@ use eframe::egui_wgpu::{self, wgpu};
 
 use super::chunks::{GpuPoint, Placement};
 use super::lines::LineVertex;
+use super::raster::{ComputeRaster, RenderPath};
 use super::shaders;
 
 const DEPTH_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Depth32Float;
@@ -48,6 +49,7 @@ struct GpuChunk {
 
 struct Offscreen {
     size: [u32; 2],
+    colour: wgpu::Texture,
     colour_view: wgpu::TextureView,
     depth_view: wgpu::TextureView,
     blit_bind_group: wgpu::BindGroup,
@@ -62,6 +64,11 @@ struct LineBuffer {
 pub struct SceneRenderer {
     colour_format: wgpu::TextureFormat,
     chunk_points: u32,
+    /// Most bytes of point chunks this renderer creates (`None`: until the device refuses).
+    max_point_bytes: Option<u64>,
+    /// The device refused a chunk (out of memory): the store stops growing.
+    store_full: bool,
+    raster: Option<ComputeRaster>,
     points_pipeline: wgpu::RenderPipeline,
     lines_pipeline: wgpu::RenderPipeline,
     blit_pipeline: wgpu::RenderPipeline,
@@ -78,10 +85,12 @@ pub struct SceneRenderer {
 impl SceneRenderer {
     /// `colour_format` is egui's target format: the offscreen target uses it too, so the copy
     /// into egui's pass is a plain texel load.
+    /// `downlevel` is the adapter's (whether it runs compute shaders).
     pub fn new(
         device: &wgpu::Device,
         colour_format: wgpu::TextureFormat,
         chunk_points: u32,
+        downlevel: wgpu::DownlevelFlags,
     ) -> Self {
         let uniform_buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("view_uniforms"),
@@ -93,7 +102,9 @@ impl SceneRenderer {
             label: Some("view_uniforms"),
             entries: &[wgpu::BindGroupLayoutEntry {
                 binding: 0,
-                visibility: wgpu::ShaderStages::VERTEX | wgpu::ShaderStages::FRAGMENT,
+                visibility: wgpu::ShaderStages::VERTEX
+                    | wgpu::ShaderStages::FRAGMENT
+                    | wgpu::ShaderStages::COMPUTE,
                 ty: wgpu::BindingType::Buffer {
                     ty: wgpu::BufferBindingType::Uniform,
                     has_dynamic_offset: false,
@@ -114,7 +125,7 @@ impl SceneRenderer {
             label: Some("point_chunk"),
             entries: &[wgpu::BindGroupLayoutEntry {
                 binding: 0,
-                visibility: wgpu::ShaderStages::VERTEX,
+                visibility: wgpu::ShaderStages::VERTEX | wgpu::ShaderStages::COMPUTE,
                 ty: wgpu::BindingType::Buffer {
                     ty: wgpu::BufferBindingType::Storage { read_only: true },
                     has_dynamic_offset: false,
@@ -180,9 +191,20 @@ impl SceneRenderer {
             None,
             colour_format,
         );
+        let raster = ComputeRaster::new(
+            device,
+            &uniform_layout,
+            &chunk_layout,
+            colour_format,
+            DEPTH_FORMAT,
+            downlevel,
+        );
         Self {
             colour_format,
             chunk_points,
+            max_point_bytes: None,
+            store_full: false,
+            raster,
             points_pipeline,
             lines_pipeline,
             blit_pipeline,
@@ -206,6 +228,64 @@ impl SceneRenderer {
         self.chunks.len()
     }
 
+    pub fn chunk_points(&self) -> u32 {
+        self.chunk_points
+    }
+
+    /// Bytes of the point chunks created (each holds `chunk_points` points).
+    pub fn point_bytes(&self) -> u64 {
+        self.chunks.len() as u64 * self.chunk_bytes()
+    }
+
+    fn chunk_bytes(&self) -> u64 {
+        u64::from(self.chunk_points) * std::mem::size_of::<GpuPoint>() as u64
+    }
+
+    /// Caps the bytes of point chunks (an explicit budget below what the device would give).
+    pub fn set_max_point_bytes(&mut self, bytes: Option<u64>) {
+        self.max_point_bytes = bytes;
+    }
+
+    /// Whether the renderer can draw `path` on this device.
+    pub fn supports(&self, path: RenderPath) -> bool {
+        match path {
+            RenderPath::Sprites => true,
+            _ => self.raster.as_ref().is_some_and(|r| r.supports(path)),
+        }
+    }
+
+    /// Bytes of the compute path's visibility buffers at the current view size.
+    pub fn raster_target_bytes(&self) -> u64 {
+        self.raster.as_ref().map_or(0, ComputeRaster::target_bytes)
+    }
+
+    /// Makes sure `chunks` point chunks exist, creating the missing ones, and returns how many
+    /// exist afterwards: fewer when the byte budget is reached or the device runs out of
+    /// memory (caught with an error scope; the store then stops growing for good).
+    pub fn reserve_chunks(&mut self, device: &wgpu::Device, chunks: usize) -> usize {
+        while self.chunks.len() < chunks && !self.store_full {
+            if self
+                .max_point_bytes
+                .is_some_and(|max| self.point_bytes() + self.chunk_bytes() > max)
+            {
+                break;
+            }
+            let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            let chunk = self.new_chunk(device);
+            if let Some(error) = pollster::block_on(scope.pop()) {
+                tracing::warn!(
+                    "the GPU refused point chunk {} ({} points stored): {error}; the cloud stops growing",
+                    self.chunks.len(),
+                    self.chunks.len() as u64 * u64::from(self.chunk_points)
+                );
+                self.store_full = true;
+                break;
+            }
+            self.chunks.push(chunk);
+        }
+        self.chunks.len().min(chunks)
+    }
+
     /// Writes `points` where `placements` (from `ChunkBook::append`) put them, creating the
     /// chunk buffers the placements open.
     pub fn upload_points(
@@ -216,8 +296,8 @@ impl SceneRenderer {
         points: &[GpuPoint],
     ) {
         for placement in placements {
-            while self.chunks.len() <= placement.chunk {
-                self.chunks.push(self.new_chunk(device));
+            if self.reserve_chunks(device, placement.chunk + 1) <= placement.chunk {
+                continue;
             }
             let Some(source) = points.get(placement.source.clone()) else {
                 continue;
@@ -301,7 +381,10 @@ impl SceneRenderer {
         let colour = texture(
             "scene_colour",
             self.colour_format,
-            wgpu::TextureUsages::RENDER_ATTACHMENT | wgpu::TextureUsages::TEXTURE_BINDING,
+            // COPY_SRC: the bench and the tests read the picture back.
+            wgpu::TextureUsages::RENDER_ATTACHMENT
+                | wgpu::TextureUsages::TEXTURE_BINDING
+                | wgpu::TextureUsages::COPY_SRC,
         );
         let depth = texture(
             "scene_depth",
@@ -319,13 +402,66 @@ impl SceneRenderer {
         });
         self.offscreen = Some(Offscreen {
             size,
+            colour,
             colour_view,
             depth_view: depth.create_view(&wgpu::TextureViewDescriptor::default()),
             blit_bind_group,
         });
     }
 
-    fn render_offscreen(&self, encoder: &mut wgpu::CommandEncoder, frame: &SceneFrame) {
+    /// The offscreen colour target (after a render), for reading the picture back.
+    pub fn colour_texture(&self) -> Option<&wgpu::Texture> {
+        self.offscreen.as_ref().map(|o| &o.colour)
+    }
+
+    /// Encodes one repaint of the 3D view into its offscreen target (sized to the frame),
+    /// through `frame.path` (the sprites when the device cannot run it). With `timestamps` (a
+    /// query set of two), the GPU writes when the first pass starts and the last one ends.
+    pub fn encode_scene(
+        &mut self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+        encoder: &mut wgpu::CommandEncoder,
+        frame: &SceneFrame,
+        timestamps: Option<&wgpu::QuerySet>,
+    ) {
+        if frame.size_px[0] == 0 || frame.size_px[1] == 0 {
+            return;
+        }
+        self.ensure_offscreen(device, frame.size_px);
+        queue.write_buffer(&self.uniform_buffer, 0, bytemuck::bytes_of(&frame.uniforms));
+        let path = if self.supports(frame.path) {
+            frame.path
+        } else {
+            RenderPath::Sprites
+        };
+        let mut scene_begin = timestamps.map(|q| (q, 0u32));
+        if path.is_compute()
+            && let Some(raster) = &mut self.raster
+        {
+            let draws: Vec<(&wgpu::BindGroup, u32)> = frame
+                .draws
+                .iter()
+                .filter_map(|&(chunk, n)| self.chunks.get(chunk).map(|c| (&c.bind_group, n)))
+                .collect();
+            let writes = timestamps.map(|query_set| wgpu::ComputePassTimestampWrites {
+                query_set,
+                beginning_of_pass_write_index: Some(0),
+                end_of_pass_write_index: None,
+            });
+            if raster.encode_splats(
+                device,
+                queue,
+                encoder,
+                path,
+                frame.size_px,
+                &self.uniform_bind_group,
+                &draws,
+                writes,
+            ) {
+                scene_begin = None;
+            }
+        }
         let Some(target) = &self.offscreen else {
             return;
         };
@@ -349,17 +485,27 @@ impl SceneRenderer {
                 stencil_ops: None,
             }),
             occlusion_query_set: None,
-            timestamp_writes: None,
+            timestamp_writes: timestamps.map(|query_set| wgpu::RenderPassTimestampWrites {
+                query_set,
+                beginning_of_pass_write_index: scene_begin.map(|(_, i)| i),
+                end_of_pass_write_index: Some(1),
+            }),
             multiview_mask: None,
         });
         pass.set_bind_group(0, &self.uniform_bind_group, &[]);
-        pass.set_pipeline(&self.points_pipeline);
-        for &(chunk, sprites) in &frame.draws {
-            let Some(gpu) = self.chunks.get(chunk) else {
-                continue;
-            };
-            pass.set_bind_group(1, &gpu.bind_group, &[]);
-            pass.draw(0..sprites.saturating_mul(6), 0..1);
+        if path.is_compute() {
+            if let Some(raster) = &self.raster {
+                raster.resolve(&mut pass, path);
+            }
+        } else {
+            pass.set_pipeline(&self.points_pipeline);
+            for &(chunk, sprites) in &frame.draws {
+                let Some(gpu) = self.chunks.get(chunk) else {
+                    continue;
+                };
+                pass.set_bind_group(1, &gpu.bind_group, &[]);
+                pass.draw(0..sprites.saturating_mul(6), 0..1);
+            }
         }
         if let Some(lines) = self
             .lines
@@ -432,9 +578,11 @@ pub struct SceneFrame {
     pub uniforms: ViewUniforms,
     /// Size of the offscreen target in physical pixels.
     pub size_px: [u32; 2],
-    /// (chunk, sprites) for each chunk with points.
+    /// (chunk, points drawn) for each chunk with points.
     pub draws: Vec<(usize, u32)>,
     pub draw_lines: bool,
+    /// How the points are drawn (the sprites where the device cannot run it).
+    pub path: RenderPath,
 }
 
 impl egui_wgpu::CallbackTrait for SceneFrame {
@@ -449,16 +597,7 @@ impl egui_wgpu::CallbackTrait for SceneFrame {
         let Some(renderer) = callback_resources.get_mut::<SceneRenderer>() else {
             return Vec::new();
         };
-        if self.size_px[0] == 0 || self.size_px[1] == 0 {
-            return Vec::new();
-        }
-        renderer.ensure_offscreen(device, self.size_px);
-        queue.write_buffer(
-            &renderer.uniform_buffer,
-            0,
-            bytemuck::bytes_of(&self.uniforms),
-        );
-        renderer.render_offscreen(egui_encoder, self);
+        renderer.encode_scene(device, queue, egui_encoder, self, None);
         Vec::new()
     }
 

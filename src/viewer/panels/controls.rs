@@ -4,6 +4,7 @@
 use eframe::egui;
 
 use crate::viewer::control::ViewerControl;
+use crate::viewer::raster::RenderPath;
 
 /// What the pipeline controls show; changed by the user, echoed to the pipeline as messages.
 #[derive(Debug, Clone, PartialEq)]
@@ -224,8 +225,11 @@ pub struct RenderSettings {
     pub point_size_px: f32,
     pub confidence_threshold: f32,
     pub colour_mode: ColourMode,
-    /// Most sprites drawn per repaint; above it every n-th point is drawn.
+    /// Most sprites drawn per repaint on the sprite path; above it every n-th point is drawn.
     pub point_budget: u64,
+    /// Most points drawn per repaint on the compute paths (`None`: every point; they are
+    /// built to draw all of them).
+    pub compute_point_budget: Option<u64>,
     pub show_frustums: bool,
     pub show_trajectory: bool,
     pub show_grid: bool,
@@ -239,6 +243,7 @@ impl Default for RenderSettings {
             confidence_threshold: 1.0,
             colour_mode: ColourMode::Rgb,
             point_budget: 4_000_000,
+            compute_point_budget: None,
             show_frustums: true,
             show_trajectory: true,
             show_grid: true,
@@ -254,7 +259,12 @@ pub struct ViewRequests {
     pub top_view: bool,
 }
 
-pub fn render_settings_ui(ui: &mut egui::Ui, settings: &mut RenderSettings) -> ViewRequests {
+/// `path` is how the view draws: the point budget shown is the one that path uses.
+pub fn render_settings_ui(
+    ui: &mut egui::Ui,
+    settings: &mut RenderSettings,
+    path: RenderPath,
+) -> ViewRequests {
     let mut requests = ViewRequests::default();
     ui.add(egui::Slider::new(&mut settings.point_size_px, 1.0..=12.0).text("point size (px)"));
     ui.add(
@@ -268,16 +278,39 @@ pub fn render_settings_ui(ui: &mut egui::Ui, settings: &mut RenderSettings) -> V
             ui.selectable_value(&mut settings.colour_mode, mode, mode.label());
         }
     });
-    let mut millions = settings.point_budget as f64 / 1e6;
-    if ui
-        .add(
-            egui::Slider::new(&mut millions, 0.1..=50.0)
-                .logarithmic(true)
-                .text("point budget (M)"),
-        )
-        .changed()
-    {
-        settings.point_budget = (millions * 1e6) as u64;
+    if path.is_compute() {
+        // The compute rasteriser is meant to draw every point; a budget is there if asked for.
+        let mut every = settings.compute_point_budget.is_none();
+        ui.horizontal(|ui| {
+            if ui.checkbox(&mut every, "every point").changed() {
+                settings.compute_point_budget = if every { None } else { Some(100_000_000) };
+            }
+            if let Some(budget) = &mut settings.compute_point_budget {
+                let mut millions = *budget as f64 / 1e6;
+                if ui
+                    .add(
+                        egui::Slider::new(&mut millions, 1.0..=2000.0)
+                            .logarithmic(true)
+                            .text("point budget (M)"),
+                    )
+                    .changed()
+                {
+                    *budget = (millions * 1e6) as u64;
+                }
+            }
+        });
+    } else {
+        let mut millions = settings.point_budget as f64 / 1e6;
+        if ui
+            .add(
+                egui::Slider::new(&mut millions, 0.1..=50.0)
+                    .logarithmic(true)
+                    .text("point budget (M)"),
+            )
+            .changed()
+        {
+            settings.point_budget = (millions * 1e6) as u64;
+        }
     }
     ui.horizontal_wrapped(|ui| {
         ui.checkbox(&mut settings.show_frustums, "frustums");

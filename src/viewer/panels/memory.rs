@@ -3,9 +3,23 @@
 use eframe::egui;
 
 use crate::kvcache::CacheStats;
+use crate::viewer::raster::RenderPath;
+
+impl Default for GpuPointStats {
+    fn default() -> Self {
+        Self {
+            points: 0,
+            bytes: 0,
+            chunks: 0,
+            stride: 1,
+            refused: 0,
+            path: RenderPath::Sprites,
+        }
+    }
+}
 
 /// The 3D view's side of the memory panel.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GpuPointStats {
     pub points: u64,
     pub bytes: u64,
@@ -13,6 +27,8 @@ pub struct GpuPointStats {
     /// Level of detail in use: every `stride`-th point drawn.
     pub stride: u32,
     pub refused: u64,
+    /// How the points are drawn.
+    pub path: RenderPath,
 }
 
 pub fn format_bytes(bytes: u64) -> String {
@@ -74,6 +90,7 @@ pub fn memory_ui(ui: &mut egui::Ui, stats: &CacheStats, gpu: &GpuPointStats) {
                     gpu.chunks
                 ),
             );
+            row("rasteriser", gpu.path.description().to_string());
             row(
                 "drawn",
                 if gpu.stride <= 1 {
@@ -85,7 +102,7 @@ pub fn memory_ui(ui: &mut egui::Ui, stats: &CacheStats, gpu: &GpuPointStats) {
             if gpu.refused > 0 {
                 row(
                     "not stored",
-                    format!("{} points (GPU point cap reached)", gpu.refused),
+                    format!("{} points (the GPU gave no more memory)", gpu.refused),
                 );
             }
         });
