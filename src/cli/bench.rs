@@ -119,6 +119,9 @@ pub struct BenchArgs {
     /// viewer: skip comparing the compute paths' pictures with the sprites'.
     #[arg(long)]
     pub no_compare: bool,
+    /// viewer: write each case's first picture into this folder as PNG.
+    #[arg(long, value_name = "DIR")]
+    pub save_pictures: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {

@@ -99,6 +99,7 @@ fn config(args: &BenchArgs) -> anyhow::Result<ViewerBenchConfig> {
         budgets: parse_budgets(args)?,
         point_size_px: args.point_size,
         compare: !args.no_compare,
+        save_pictures: args.save_pictures.clone(),
         ..ViewerBenchConfig::default()
     })
 }
@@ -120,7 +121,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             case.gpu_ms_median
         ),
         ViewerProgress::Agreement(a) => eprintln!(
-            "bench viewer: {} against {}: {:.3} % of pixels differ",
+            "bench viewer: {} against {}: {:.3} % of covered pixels differ",
             a.path.name(),
             a.against.name(),
             a.differing_fraction * 100.0
@@ -139,17 +140,19 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         .filter(|a| !a.within_tolerance)
         .map(|a| {
             format!(
-                "{} at {} points: {:.2} % of pixels",
+                "{} at {} points: {:.2} % of covered pixels in colour, {:.2} % in coverage",
                 a.path.name(),
                 a.points_stored,
-                a.differing_fraction * 100.0
+                a.differing_fraction * 100.0,
+                a.diff.coverage_differing_fraction() * 100.0
             )
         })
         .collect();
     if !disagreeing.is_empty() {
         bail!(
-            "the compute path drew a different picture from the sprites (tolerance {:.0} %): {}",
+            "the compute path drew a different picture from the sprites (tolerance: {:.0} % of covered pixels in colour, {:.1} % in coverage): {}",
             crate::viewer::picture::MAX_DIFFERING_FRACTION * 100.0,
+            crate::viewer::picture::MAX_COVERAGE_DIFFERING_FRACTION * 100.0,
             disagreeing.join("; ")
         );
     }
@@ -203,12 +206,13 @@ fn print_table(r: &ViewerBenchReport) {
     }
     for a in &r.agreement {
         println!(
-            "agreement: {} vs {} at {} points: {:.3} % of pixels differ (max channel {}), {}",
+            "agreement: {} vs {} at {} points: of {} covered pixels {:.3} % differ in colour, {:.3} % in coverage: {}",
             a.path.name(),
             a.against.name(),
             a.points_stored,
+            a.diff.covered,
             a.differing_fraction * 100.0,
-            a.diff.max_channel_difference,
+            a.diff.coverage_differing_fraction() * 100.0,
             if a.within_tolerance {
                 "within tolerance"
             } else {

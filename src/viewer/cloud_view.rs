@@ -133,18 +133,14 @@ impl CloudView {
         let Some(store) = renderer.callback_resources.get_mut::<SceneRenderer>() else {
             return;
         };
-        // Chunks first: where the GPU gives no more, the book refuses (and counts) the rest.
-        let wanted = self.book.chunks_after(n);
-        let got = store.reserve_chunks(&rs.device, wanted);
-        if got < wanted {
-            self.book.limit_to_chunks(got);
-        }
-        let placements = self.book.append(n);
-        if placements.is_empty() {
-            return;
-        }
-        scene::gpu_points(result, &mut self.staging);
-        store.upload_points(&rs.device, &rs.queue, &placements, &self.staging);
+        scene::append_result(
+            store,
+            &mut self.book,
+            &rs.device,
+            &rs.queue,
+            result,
+            &mut self.staging,
+        );
     }
 
     fn rebuild_lines(&mut self, history: &StreamHistory) {

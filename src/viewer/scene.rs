@@ -2,6 +2,7 @@
 //! overlays, and the per-repaint `SceneFrame`. The window (`cloud_view`) and `bench viewer`
 //! both build their frames here, so the bench draws exactly what the window draws.
 
+use eframe::egui_wgpu::wgpu;
 use glam::Vec3;
 
 use super::camera::OrbitCamera;
@@ -10,7 +11,7 @@ use super::history::StreamHistory;
 use super::lines::{LineList, frustum_colour, frustum_indices};
 use super::panels::RenderSettings;
 use super::raster::RenderPath;
-use super::render::{SceneFrame, ViewUniforms};
+use super::render::{SceneFrame, SceneRenderer, ViewUniforms};
 use crate::frame::FrameResult;
 
 /// Frustums drawn: the newest ones, and every n-th before them.
@@ -31,6 +32,33 @@ pub fn gpu_points(result: &FrameResult, out: &mut Vec<GpuPoint>) {
         (0..point_count(result))
             .map(|i| GpuPoint::new(p.xyz[i], p.rgb[i], p.confidence[i], result.frame)),
     );
+}
+
+/// Appends a result's points to the store: chunks first (the renderer creates what is
+/// missing, within its budget and what the GPU gives), then the book places the points (and
+/// refuses and counts what found no chunk), then they are written once. Returns how many
+/// points were stored.
+pub fn append_result(
+    store: &mut SceneRenderer,
+    book: &mut ChunkBook,
+    device: &wgpu::Device,
+    queue: &wgpu::Queue,
+    result: &FrameResult,
+    staging: &mut Vec<GpuPoint>,
+) -> usize {
+    let n = point_count(result);
+    let wanted = book.chunks_after(n);
+    let got = store.reserve_chunks(device, wanted);
+    if got < wanted {
+        book.limit_to_chunks(got);
+    }
+    let placements = book.append(n);
+    if placements.is_empty() {
+        return 0;
+    }
+    gpu_points(result, staging);
+    store.upload_points(device, queue, &placements, staging);
+    placements.iter().map(|p| p.source.len()).sum()
 }
 
 /// The line overlays the settings ask for: ground grid, trajectory, camera frustums.

@@ -34,6 +34,9 @@ pub const TARGET_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Rgba8Unorm;
 /// The 3D view's clear colour in [`TARGET_FORMAT`] (render.rs `CLEAR`, rounded).
 pub const BACKGROUND_RGBA: [u8; 4] = [9, 10, 14, 255];
 
+/// A source that gives this many frames in a row without a point has none to give.
+const MAX_EMPTY_FRAMES: usize = 10_000;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ViewerBenchError {
     #[error("bench viewer needs a GPU adapter: {0}")]
@@ -91,6 +94,8 @@ pub struct ViewerBenchConfig {
     pub compare: bool,
     /// Points per chunk of the store.
     pub chunk_points: u32,
+    /// Write each case's first picture here as PNG (`POINTS-PATH-BUDGET.png`).
+    pub save_pictures: Option<std::path::PathBuf>,
 }
 
 impl Default for ViewerBenchConfig {
@@ -110,6 +115,7 @@ impl Default for ViewerBenchConfig {
             point_size_px: RenderSettings::default().point_size_px,
             compare: true,
             chunk_points: DEFAULT_CHUNK_POINTS,
+            save_pictures: None,
         }
     }
 }
@@ -304,21 +310,33 @@ pub fn run_viewer_bench(
     for &target in &cfg.points {
         let fill_start = Instant::now();
         // Fill to the stage's count: whole frames, the last one cut to size.
+        let mut empty_in_a_row = 0;
         while book.total_points() < target && book.refused_points() == 0 {
             let mut result = frames.next_result()?;
+            if scene::point_count(&result) == 0 {
+                empty_in_a_row += 1;
+                if empty_in_a_row > MAX_EMPTY_FRAMES {
+                    return Err(ViewerBenchError::Config(format!(
+                        "{} gave {MAX_EMPTY_FRAMES} frames in a row without points",
+                        cfg.source.describe()
+                    )));
+                }
+                continue;
+            }
+            empty_in_a_row = 0;
             let room = (target - book.total_points()) as usize;
             truncate_points(&mut result, room);
             history.ingest(&result);
             let t = Instant::now();
             let n = scene::point_count(&result);
-            let wanted = book.chunks_after(n);
-            let got = renderer.reserve_chunks(&gpu.device, wanted);
-            if got < wanted {
-                book.limit_to_chunks(got);
-            }
-            let placements = book.append(n);
-            scene::gpu_points(&result, &mut staging);
-            renderer.upload_points(&gpu.device, &gpu.queue, &placements, &staging);
+            scene::append_result(
+                &mut renderer,
+                &mut book,
+                &gpu.device,
+                &gpu.queue,
+                &result,
+                &mut staging,
+            );
             gpu.queue.submit([]);
             gpu.device
                 .poll(wgpu::PollType::wait_indefinitely())
@@ -386,6 +404,21 @@ pub fn run_viewer_bench(
                 }
                 let gpu_sorted = sorted(gpu_ms);
                 let wall_sorted = sorted(wall_ms);
+                if let (Some(dir), Some(p)) = (&cfg.save_pictures, &first_picture) {
+                    let file = dir.join(format!(
+                        "{}-{}-{}.png",
+                        book.total_points(),
+                        path.name(),
+                        match budget {
+                            Budget::EveryPoint => "every",
+                            Budget::Default => "default",
+                        }
+                    ));
+                    image::save_buffer(&file, &p.rgba, p.width, p.height, image::ColorType::Rgba8)
+                        .map_err(|e| {
+                            ViewerBenchError::Config(format!("{}: {e}", file.display()))
+                        })?;
+                }
                 let covered = first_picture
                     .as_ref()
                     .map_or(0, |p| p.covered_pixels(BACKGROUND_RGBA));
