@@ -14,6 +14,9 @@ fn capabilities(needs: ShaderNeeds) -> Capabilities {
         ShaderNeeds::Int64AtomicMinMax => {
             Capabilities::SHADER_INT64 | Capabilities::SHADER_INT64_ATOMIC_MIN_MAX
         }
+        ShaderNeeds::Int64AtomicAll => {
+            Capabilities::SHADER_INT64 | Capabilities::SHADER_INT64_ATOMIC_ALL_OPS
+        }
     }
 }
 
@@ -60,7 +63,7 @@ fn all_shaders_validate_with_entry_points() {
             validate(name, source, capabilities(needs)).unwrap_or_else(|e| panic!("{e}"));
         let entries = entry_points(&module);
         let expected: &[&str] = match name {
-            "raster64" => &["cs_main"],
+            "raster64" | "raster64_peek" => &["cs_main"],
             "raster32" => &["cs_depth", "cs_colour"],
             "resolve" => &["vs_main", "fs_resolve64", "fs_resolve32"],
             _ => &["vs_main", "fs_main"],

@@ -41,7 +41,8 @@ pub fn wanted_features(adapter: wgpu::Features) -> wgpu::Features {
     // The 64-bit visibility buffer needs u64 values in shaders and u64 atomic max.
     let int64 = wgpu::Features::SHADER_INT64 | wgpu::Features::SHADER_INT64_ATOMIC_MIN_MAX;
     if adapter.contains(int64) {
-        wanted |= int64;
+        // ALL_OPS adds the 64-bit load that lets losing points skip their atomic.
+        wanted |= int64 | wgpu::Features::SHADER_INT64_ATOMIC_ALL_OPS;
     }
     adapter & wanted
 }

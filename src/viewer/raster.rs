@@ -276,8 +276,16 @@ impl ComputeRaster {
                 cache: None,
             })
         };
+        let peek = device
+            .features()
+            .contains(wgpu::Features::SHADER_INT64_ATOMIC_ALL_OPS);
+        let raster64_source = if peek {
+            shaders::RASTER64_PEEK
+        } else {
+            shaders::RASTER64
+        };
         let raster64 = with64
-            .then(|| compute_pipeline("raster64", shaders::RASTER64, "cs_main", &target64_layout));
+            .then(|| compute_pipeline("raster64", raster64_source, "cs_main", &target64_layout));
         let resolve64 =
             with64.then(|| resolve_pipeline("resolve64", "fs_resolve64", &resolve64_layout));
         let depth32 = compute_pipeline(

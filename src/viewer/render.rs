@@ -16,6 +16,8 @@ use super::lines::LineVertex;
 use super::raster::{ComputeRaster, RenderPath};
 use super::shaders;
 
+/// Vertices per sprite (`SPRITE_VERTICES` in shaders/points.wgsl: one triangle).
+const SPRITE_VERTICES: u32 = 3;
 const DEPTH_FORMAT: wgpu::TextureFormat = wgpu::TextureFormat::Depth32Float;
 /// Background of the 3D view (dark, a touch of blue so black points still show).
 const CLEAR: wgpu::Color = wgpu::Color {
@@ -504,7 +506,7 @@ impl SceneRenderer {
                     continue;
                 };
                 pass.set_bind_group(1, &gpu.bind_group, &[]);
-                pass.draw(0..sprites.saturating_mul(6), 0..1);
+                pass.draw(0..sprites.saturating_mul(SPRITE_VERTICES), 0..1);
             }
         }
         if let Some(lines) = self
