@@ -20,6 +20,7 @@ use streamrecon::viewer::history::StreamHistory;
 use streamrecon::viewer::panels::{
     self, ColourMode, ControlState, InputThumbnails, RenderSettings, controls::ViewRequests,
 };
+use streamrecon::viewer::raster::RenderPath;
 use streamrecon::viewer::render::SceneRenderer;
 
 fn demo_results(frames: usize) -> Vec<Arc<FrameResult>> {
@@ -67,6 +68,22 @@ fn render_state() -> Result<eframe::egui_wgpu::RenderState, NoAdapter> {
                 .unwrap_or_else(|| "no wgpu adapter".to_string()),
         )
     })
+}
+
+/// A render state made as the window makes it (the 3D view's device descriptor: 64-bit atomics
+/// where the adapter has them), on whatever adapter exists, or why not.
+fn window_render_state() -> Result<eframe::egui_wgpu::RenderState, NoAdapter> {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let made = std::panic::catch_unwind(|| {
+        let mut setup = default_wgpu_setup();
+        if let eframe::egui_wgpu::WgpuSetup::CreateNew(new) = &mut setup {
+            new.device_descriptor = Arc::new(streamrecon::viewer::gpu::device_descriptor);
+        }
+        create_render_state(setup, eframe::egui_wgpu::RendererOptions::PREDICTABLE)
+    });
+    std::panic::set_hook(previous);
+    made.map_err(|_| NoAdapter("no wgpu adapter".to_string()))
 }
 
 fn snapshot_options() -> SnapshotOptions {
@@ -258,6 +275,65 @@ fn snapshot_cloud_view() {
         scene.bytes_uploaded(),
         points * std::mem::size_of::<GpuPoint>() as u64
     );
+}
+
+#[test]
+fn the_window_draws_with_the_compute_path_where_the_device_has_it() {
+    let rs = match window_render_state() {
+        Ok(rs) => rs,
+        Err(reason) => {
+            println!("skipping the window's path choice: no wgpu adapter ({reason})");
+            return;
+        }
+    };
+    let downlevel = rs.adapter.get_downlevel_capabilities().flags;
+    let expected = RenderPath::auto(rs.device.features(), downlevel);
+    let results = demo_results(30);
+    let history = demo_history(&results);
+    let mut view = CloudView::new(Some(rs.clone()));
+    assert_eq!(view.path(), expected);
+    assert_eq!(view.gpu_stats().path, expected);
+    if expected != RenderPath::Compute {
+        println!(
+            "{} has no 64-bit atomics: the window keeps the sprites",
+            rs.adapter.get_info().name
+        );
+        return;
+    }
+    for r in &results {
+        view.ingest(r);
+    }
+    // Every point drawn on the compute path, where the sprites have their budget.
+    assert_eq!(view.gpu_stats().stride, 1);
+    view.update_camera(
+        &history,
+        ViewRequests {
+            reset_view: false,
+            top_view: true,
+        },
+    );
+    let stats = view.gpu_stats();
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(480.0, 320.0))
+        .with_accessibility_check(false)
+        .renderer(WgpuTestRenderer::from_render_state(rs))
+        .build_ui(move |ui| view.ui(ui, &history));
+    harness.run();
+    // The compute path draws the sprites' snapshot, but for points at equal depths, where
+    // the two paths break ties differently (docs/viewer.md: the tolerance): a few hundred
+    // scattered pixels of the 150 k at checker edges.
+    harness.snapshot_options(
+        "viewer_cloud_top",
+        &SnapshotOptions::new()
+            .threshold(2.0)
+            .max_failed_pixels(1000),
+    );
+    let cache = streamrecon::kvcache::CacheStats::default();
+    let mut panel = Harness::builder()
+        .with_size(egui::vec2(480.0, 240.0))
+        .build_ui(move |ui| panels::memory_ui(ui, &cache, &stats));
+    panel.run();
+    panel.get_by_label_contains("compute (64-bit atomics)");
 }
 
 #[test]
