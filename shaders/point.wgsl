@@ -29,6 +29,12 @@ fn load_point(i: u32) -> Point {
     return Point(vec3<f32>(s.x, s.y, s.z), s.rgb, s.confidence, s.frame);
 }
 
+// The z row of view_from_world (column-major storage).
+fn view_row_z() -> vec4<f32> {
+    let m = view.view_from_world;
+    return vec4<f32>(m[0].z, m[1].z, m[2].z, m[3].z);
+}
+
 fn unpack_rgb(packed: u32) -> vec3<f32> {
     return vec3<f32>(
         f32(packed & 0xffu),
@@ -37,7 +43,9 @@ fn unpack_rgb(packed: u32) -> vec3<f32> {
     ) / 255.0;
 }
 
-fn colour_of(p: Point, view_depth: f32) -> vec3<f32> {
+// The view depth is worked out only in the depth colours: one matrix row less per point
+// in the others.
+fn colour_of(p: Point) -> vec3<f32> {
     let mode = view.colour_mode;
     if mode == COLOUR_CONFIDENCE {
         let range = view.log_confidence_range;
@@ -51,6 +59,7 @@ fn colour_of(p: Point, view_depth: f32) -> vec3<f32> {
     }
     if mode == COLOUR_DEPTH {
         let range = view.depth_range;
+        let view_depth = -dot(view_row_z(), vec4<f32>(p.position, 1.0));
         return ramp((view_depth - range.x) / max(range.y - range.x, 1e-6));
     }
     return unpack_rgb(p.rgb);

@@ -35,12 +35,11 @@ fn vs_main(@builtin(vertex_index) vertex_index: u32) -> VertexOut {
     }
     let world = vec4<f32>(point.position, 1.0);
     let clip = view.clip_from_world * world;
-    let view_depth = -(view.view_from_world * world).z;
     // Size in pixels regardless of distance: offset in NDC, scaled by w to undo the divide.
     // The disc's radius is point_size_px / 2 pixels.
     let offset_ndc = corner * view.point_size_px / view.viewport_px;
     out.position = clip + vec4<f32>(offset_ndc * clip.w, 0.0, 0.0);
-    out.colour = colour_of(point, view_depth);
+    out.colour = colour_of(point);
     return out;
 }
 

@@ -68,8 +68,7 @@ fn splat_of(k: u32) -> Splat {
         // -0.0: as near as +0.0.
         depth_bits = 0u;
     }
-    let view_depth = -(view.view_from_world * world).z;
-    let c = vec3<u32>(round(clamp(colour_of(p, view_depth), vec3<f32>(0.0), vec3<f32>(1.0)) * 255.0));
+    let c = vec3<u32>(round(clamp(colour_of(p), vec3<f32>(0.0), vec3<f32>(1.0)) * 255.0));
     s.centre = centre;
     s.radius = radius;
     s.key_depth = 0xffffffffu - depth_bits;
