@@ -15,6 +15,12 @@ struct ViewUniforms {
     depth_range: vec2<f32>,
     // log(confidence) mapped from .x to .y onto the colour ramp.
     log_confidence_range: vec2<f32>,
+    // Points per chunk (a sprite chunk's first point is instance_index * chunk_points).
+    chunk_points: u32,
+    // Entries of the frame table (point.wgsl).
+    frame_count: u32,
+    pad0: u32,
+    pad1: u32,
 };
 
 @group(0) @binding(0) var<uniform> view: ViewUniforms;

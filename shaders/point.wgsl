@@ -1,32 +1,39 @@
-// One stored point and how the view colours it: shared by the sprite shader (points.wgsl) and
-// the compute rasteriser (raster.wgsl, raster64.wgsl), so both paths filter and colour alike.
-// Points live in append-only storage buffers (one per chunk) and are never re-uploaded; all
-// filtering and colouring happens on the GPU, driven by the uniforms.
+// A point as the shaders use it, and how the view colours it: shared by the sprite shader
+// (points.wgsl) and the compute rasteriser (splat.wgsl), so both paths filter and colour alike.
+// How points are stored is the business of point_full.wgsl or point_compact.wgsl (one of them
+// follows this file), which define `load_point`. Points live in append-only storage buffers
+// (one per chunk) and are never re-uploaded; all filtering and colouring happens on the GPU,
+// driven by the uniforms.
 
-// As stored (`GpuPoint` in src/viewer/chunks.rs).
-struct StoredPoint {
-    x: f32,
-    y: f32,
-    z: f32,
-    // r | g << 8 | b << 16
-    rgb: u32,
-    confidence: f32,
-    frame: u32,
-};
-
-@group(1) @binding(0) var<storage, read> points: array<StoredPoint>;
-
-// As the shaders use it.
 struct Point {
     position: vec3<f32>,
     rgb: u32,
     confidence: f32,
+    // Only filled in the frame-age colours (it may cost a search of the frame table).
     frame: u32,
+    // At or above the confidence threshold.
+    kept: bool,
 };
 
-fn load_point(i: u32) -> Point {
-    let s = points[i];
-    return Point(vec3<f32>(s.x, s.y, s.z), s.rgb, s.confidence, s.frame);
+// (first point's index in the store, frame), one per stored frame, in store order.
+@group(0) @binding(1) var<storage, read> frame_starts: array<vec2<u32>>;
+
+// The frame of the point at `index` (in the store): the last frame starting at or before it.
+fn frame_of(index: u32) -> u32 {
+    if view.frame_count == 0u {
+        return 0u;
+    }
+    var lo = 0u;
+    var hi = view.frame_count;
+    while hi - lo > 1u {
+        let mid = (lo + hi) / 2u;
+        if frame_starts[mid].x <= index {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    return frame_starts[lo].y;
 }
 
 // The z row of view_from_world (column-major storage).

@@ -22,12 +22,16 @@ fn corner_of(i: u32) -> vec2<f32> {
 }
 
 @vertex
-fn vs_main(@builtin(vertex_index) vertex_index: u32) -> VertexOut {
-    let point = load_point((vertex_index / SPRITE_VERTICES) * view.stride);
+fn vs_main(
+    @builtin(vertex_index) vertex_index: u32,
+    // One instance per draw: the chunk's index in the store.
+    @builtin(instance_index) chunk: u32,
+) -> VertexOut {
+    let point = load_point((vertex_index / SPRITE_VERTICES) * view.stride, chunk * view.chunk_points);
     let corner = corner_of(vertex_index % SPRITE_VERTICES);
     var out: VertexOut;
     out.corner = corner;
-    if point.confidence < view.confidence_threshold {
+    if !point.kept {
         // Behind the far plane: the rasteriser drops the whole triangle.
         out.position = vec4<f32>(0.0, 0.0, 2.0, 1.0);
         out.colour = vec3<f32>(0.0);

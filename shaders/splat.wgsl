@@ -10,8 +10,9 @@ struct ChunkDraw {
     count: u32,
     // Dispatches wider than the per-dimension limit fold into y rows of this many threads.
     row_threads: u32,
+    // The chunk's first point in the store (for the frame table).
+    chunk_first: u32,
     pad0: u32,
-    pad1: u32,
 };
 
 @group(2) @binding(1) var<uniform> chunk_draw: ChunkDraw;
@@ -40,8 +41,8 @@ fn splat_of(k: u32) -> Splat {
     if k >= chunk_draw.count {
         return s;
     }
-    let p = load_point(k * view.stride);
-    if p.confidence < view.confidence_threshold {
+    let p = load_point(k * view.stride, chunk_draw.chunk_first);
+    if !p.kept {
         return s;
     }
     let world = vec4<f32>(p.position, 1.0);

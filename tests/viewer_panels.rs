@@ -13,13 +13,13 @@ use egui_kittest::wgpu::{WgpuTestRenderer, create_render_state, default_wgpu_set
 use egui_kittest::{Harness, SnapshotOptions};
 use streamrecon::frame::FrameResult;
 use streamrecon::viewer::ViewerControl;
-use streamrecon::viewer::chunks::GpuPoint;
 use streamrecon::viewer::cloud_view::CloudView;
 use streamrecon::viewer::demo::{DemoConfig, DemoStream};
 use streamrecon::viewer::history::StreamHistory;
 use streamrecon::viewer::panels::{
     self, ColourMode, ControlState, InputThumbnails, RenderSettings, controls::ViewRequests,
 };
+use streamrecon::viewer::point_format::PointFormat;
 use streamrecon::viewer::raster::RenderPath;
 use streamrecon::viewer::render::SceneRenderer;
 
@@ -273,7 +273,7 @@ fn snapshot_cloud_view() {
         .expect("the view registered its renderer");
     assert_eq!(
         scene.bytes_uploaded(),
-        points * std::mem::size_of::<GpuPoint>() as u64
+        points * PointFormat::default().bytes()
     );
 }
 

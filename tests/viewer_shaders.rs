@@ -3,7 +3,7 @@
 //! layouts the shaders declare match the Rust structs uploaded into them.
 
 use naga::valid::{Capabilities, ValidationFlags, Validator};
-use streamrecon::viewer::chunks::GpuPoint;
+use streamrecon::viewer::point_format::PointFormat;
 use streamrecon::viewer::raster::ChunkDraw;
 use streamrecon::viewer::render::ViewUniforms;
 use streamrecon::viewer::shaders::{self, ShaderNeeds};
@@ -58,11 +58,14 @@ fn entry_points(module: &naga::Module) -> Vec<&str> {
 
 #[test]
 fn all_shaders_validate_with_entry_points() {
-    for (name, source, needs) in shaders::all() {
+    let all = shaders::all();
+    assert_eq!(all.len(), 11);
+    for (name, source, needs) in all {
         let (module, _) =
-            validate(name, source, capabilities(needs)).unwrap_or_else(|e| panic!("{e}"));
+            validate(&name, source, capabilities(needs)).unwrap_or_else(|e| panic!("{e}"));
         let entries = entry_points(&module);
-        let expected: &[&str] = match name {
+        let kind = name.split('/').next().unwrap_or_default();
+        let expected: &[&str] = match kind {
             "raster64" | "raster64_peek" => &["cs_main"],
             "raster32" => &["cs_depth", "cs_colour"],
             "resolve" => &["vs_main", "fs_resolve64", "fs_resolve32"],
@@ -78,14 +81,18 @@ fn all_shaders_validate_with_entry_points() {
 fn the_64_bit_rasteriser_needs_exactly_int64_atomic_min_max() {
     // Without the capability naga must refuse it (so the device check in the renderer matters),
     // and with only MIN_MAX (not ALL_OPS) it must pass: that is all the renderer asks for.
-    let without = validate("raster64", shaders::RASTER64, Capabilities::SHADER_INT64);
+    let without = validate(
+        "raster64",
+        shaders::point_shaders(PointFormat::Compact).raster64,
+        Capabilities::SHADER_INT64,
+    );
     assert!(
         without.is_err(),
         "raster64 validated without 64-bit atomics"
     );
     validate(
         "raster64",
-        shaders::RASTER64,
+        shaders::point_shaders(PointFormat::Compact).raster64,
         Capabilities::SHADER_INT64 | Capabilities::SHADER_INT64_ATOMIC_MIN_MAX,
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -93,29 +100,52 @@ fn the_64_bit_rasteriser_needs_exactly_int64_atomic_min_max() {
 
 #[test]
 fn shader_layouts_match_the_rust_structs() {
-    for (name, source) in [
-        ("points", shaders::POINTS),
-        ("raster32", shaders::RASTER32),
-        ("resolve", shaders::RESOLVE),
-    ] {
-        let (module, _) =
-            validate(name, source, Capabilities::empty()).unwrap_or_else(|e| panic!("{e}"));
+    for format in PointFormat::ALL {
+        let s = shaders::point_shaders(format);
+        for (name, source) in [
+            ("points", s.points),
+            ("raster32", s.raster32),
+            ("resolve", shaders::RESOLVE),
+        ] {
+            let (module, _) =
+                validate(name, source, Capabilities::empty()).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                struct_size(&module, "ViewUniforms") as usize,
+                std::mem::size_of::<ViewUniforms>(),
+                "{name}"
+            );
+        }
+        let (points, _) =
+            validate("points", s.points, Capabilities::empty()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            struct_size(&module, "ViewUniforms") as usize,
-            std::mem::size_of::<ViewUniforms>(),
-            "{name}"
+            u64::from(struct_size(&points, "StoredPoint")),
+            format.bytes(),
+            "{format:?}"
+        );
+        let (raster, _) = validate("raster32", s.raster32, Capabilities::empty())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            struct_size(&raster, "ChunkDraw") as usize,
+            std::mem::size_of::<ChunkDraw>()
         );
     }
-    let (points, _) = validate("points", shaders::POINTS, Capabilities::empty())
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
-        struct_size(&points, "StoredPoint") as usize,
-        std::mem::size_of::<GpuPoint>()
-    );
-    let (raster, _) = validate("raster32", shaders::RASTER32, Capabilities::empty())
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
-        struct_size(&raster, "ChunkDraw") as usize,
-        std::mem::size_of::<ChunkDraw>()
-    );
+}
+
+#[test]
+fn the_compact_shader_decodes_confidence_as_the_rust_side() {
+    // The WGSL constants are written out; they must be the Rust ones.
+    use streamrecon::viewer::point_format::{LN_CONFIDENCE_MIN, LN_CONFIDENCE_STEP};
+    let source = include_str!("../shaders/point_compact.wgsl");
+    let constant = |name: &str| -> f32 {
+        let line = source
+            .lines()
+            .find(|l| l.starts_with(&format!("const {name}: f32 = ")))
+            .unwrap_or_else(|| panic!("no {name}"));
+        line.rsplit(' ')
+            .next()
+            .and_then(|v| v.trim_end_matches(';').parse().ok())
+            .unwrap_or_else(|| panic!("bad {line}"))
+    };
+    assert!((constant("LN_CONFIDENCE_MIN") - LN_CONFIDENCE_MIN).abs() < 1e-6);
+    assert!((constant("LN_CONFIDENCE_STEP") / LN_CONFIDENCE_STEP - 1.0).abs() < 1e-6);
 }

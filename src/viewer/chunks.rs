@@ -54,15 +54,25 @@ pub struct ChunkBook {
     /// Cap on stored points (what the GPU gave); appends past it are refused and counted.
     max_points: u64,
     refused_points: u64,
+    /// (first point's index in the store, frame) for every frame stored, in order: where the
+    /// compact point format finds a point's frame.
+    frames: Vec<[u32; 2]>,
+    /// Bumped by every `clear`, so whoever mirrors `frames` knows to start over.
+    generation: u64,
 }
+
+/// Points are indexed with 32 bits on the GPU: at most this many are stored.
+pub const MAX_STORE_POINTS: u64 = u32::MAX as u64;
 
 impl ChunkBook {
     pub fn new(chunk_points: u32, max_points: u64) -> Self {
         Self {
             chunk_points: chunk_points.max(1),
             lens: Vec::new(),
-            max_points,
+            max_points: max_points.min(MAX_STORE_POINTS),
             refused_points: 0,
+            frames: Vec::new(),
+            generation: 0,
         }
     }
 
@@ -105,10 +115,25 @@ impl ChunkBook {
         self.refused_points
     }
 
+    /// The frame table: (first point's index in the store, frame) per stored frame.
+    pub fn frames(&self) -> &[[u32; 2]] {
+        &self.frames
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Places `count` new points after everything stored so far. May open new chunks; the
     /// caller creates a buffer for every chunk index it has not seen.
     pub fn append(&mut self, count: usize) -> Vec<Placement> {
-        let room = self.max_points.saturating_sub(self.total_points());
+        self.append_frame(count, 0)
+    }
+
+    /// As `append`, for the points of stream frame `frame` (noted in the frame table).
+    pub fn append_frame(&mut self, count: usize, frame: u64) -> Vec<Placement> {
+        let first = self.total_points();
+        let room = self.max_points.saturating_sub(first);
         let accepted = (count as u64).min(room) as usize;
         self.refused_points += (count - accepted) as u64;
         let mut placements = Vec::new();
@@ -128,6 +153,10 @@ impl ChunkBook {
             });
             next += take;
         }
+        if accepted > 0 {
+            // Frame numbers wrap at 2^32, which no session reaches.
+            self.frames.push([first as u32, frame as u32]);
+        }
         placements
     }
 
@@ -135,6 +164,8 @@ impl ChunkBook {
     pub fn clear(&mut self) {
         self.lens.clear();
         self.refused_points = 0;
+        self.frames.clear();
+        self.generation += 1;
     }
 
     /// Every `stride`-th point keeps the drawn sprite count at or under `budget`.
@@ -255,6 +286,23 @@ mod tests {
         // Never below what is stored.
         book.limit_to_chunks(1);
         assert_eq!(book.max_points(), 30);
+    }
+
+    #[test]
+    fn the_frame_table_notes_where_each_frame_starts() {
+        let mut book = ChunkBook::new(10, 25);
+        book.append_frame(7, 3);
+        book.append_frame(0, 4);
+        book.append_frame(12, 5);
+        book.append_frame(9, 6);
+        // The empty frame 4 stored nothing; frame 6 was cut at the cap.
+        assert_eq!(book.frames(), &[[0, 3], [7, 5], [19, 6]]);
+        book.append_frame(3, 7);
+        assert_eq!(book.frames().len(), 3, "nothing stored, nothing noted");
+        let generation = book.generation();
+        book.clear();
+        assert!(book.frames().is_empty());
+        assert_eq!(book.generation(), generation + 1);
     }
 
     #[test]

@@ -8,9 +8,10 @@ use eframe::egui_wgpu::{self, RenderState};
 use glam::{Vec2, Vec3};
 
 use super::camera::OrbitCamera;
-use super::chunks::{ChunkBook, DEFAULT_CHUNK_POINTS, GpuPoint};
+use super::chunks::{ChunkBook, DEFAULT_CHUNK_POINTS};
 use super::history::StreamHistory;
 use super::panels::{GpuPointStats, RenderSettings, controls::ViewRequests};
+use super::point_format::PointFormat;
 use super::raster::RenderPath;
 use super::render::{SceneFrame, SceneRenderer};
 use super::scene;
@@ -25,7 +26,8 @@ pub struct CloudView {
     /// The camera has not been placed on the scene yet (first frames arriving).
     auto_framed: bool,
     last_input: Option<Instant>,
-    staging: Vec<GpuPoint>,
+    staging: Vec<u8>,
+    format: PointFormat,
     /// How the points are drawn: chosen once from what the device can run.
     path: RenderPath,
 }
@@ -41,8 +43,13 @@ impl CloudView {
         let mut path = RenderPath::Sprites;
         if let Some(rs) = &render_state {
             let downlevel = rs.adapter.get_downlevel_capabilities().flags;
-            let renderer =
-                SceneRenderer::new(&rs.device, rs.target_format, chunk_points, downlevel);
+            let renderer = SceneRenderer::new(
+                &rs.device,
+                rs.target_format,
+                chunk_points,
+                downlevel,
+                PointFormat::default(),
+            );
             path = RenderPath::auto(rs.device.features(), downlevel);
             if !renderer.supports(path) {
                 path = RenderPath::Sprites;
@@ -59,6 +66,7 @@ impl CloudView {
             auto_framed: false,
             last_input: None,
             staging: Vec::new(),
+            format: PointFormat::default(),
             path,
         }
     }
@@ -106,7 +114,7 @@ impl CloudView {
         let points = self.book.total_points();
         GpuPointStats {
             points,
-            bytes: points * std::mem::size_of::<GpuPoint>() as u64,
+            bytes: points * self.format.bytes(),
             chunks: self.book.chunk_count(),
             stride: self.stride(),
             refused: self.book.refused_points(),

@@ -21,6 +21,7 @@ pub mod history;
 pub mod lines;
 pub mod panels;
 pub mod picture;
+pub mod point_format;
 pub mod raster;
 pub mod render;
 pub mod scene;

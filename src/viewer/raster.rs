@@ -94,7 +94,8 @@ impl std::str::FromStr for RenderPath {
 pub struct ChunkDraw {
     pub count: u32,
     pub row_threads: u32,
-    pub pad: [u32; 2],
+    pub chunk_first: u32,
+    pub pad: u32,
 }
 
 /// Workgroups for `threads` threads as (x, y), x within the per-dimension limit; the shader
@@ -181,6 +182,7 @@ impl ComputeRaster {
         colour_format: wgpu::TextureFormat,
         depth_format: wgpu::TextureFormat,
         downlevel: wgpu::DownlevelFlags,
+        point_shaders: shaders::PointShaders,
     ) -> Option<Self> {
         if !RenderPath::Compute32.supported(device.features(), downlevel) {
             return None;
@@ -280,9 +282,9 @@ impl ComputeRaster {
             .features()
             .contains(wgpu::Features::SHADER_INT64_ATOMIC_ALL_OPS);
         let raster64_source = if peek {
-            shaders::RASTER64_PEEK
+            point_shaders.raster64_peek
         } else {
-            shaders::RASTER64
+            point_shaders.raster64
         };
         let raster64 = with64
             .then(|| compute_pipeline("raster64", raster64_source, "cs_main", &target64_layout));
@@ -290,13 +292,13 @@ impl ComputeRaster {
             with64.then(|| resolve_pipeline("resolve64", "fs_resolve64", &resolve64_layout));
         let depth32 = compute_pipeline(
             "raster32_depth",
-            shaders::RASTER32,
+            point_shaders.raster32,
             "cs_depth",
             &target32_layout,
         );
         let colour32 = compute_pipeline(
             "raster32_colour",
-            shaders::RASTER32,
+            point_shaders.raster32,
             "cs_colour",
             &target32_layout,
         );
@@ -442,7 +444,7 @@ impl ComputeRaster {
     }
 
     /// Splats every chunk's drawn points into the visibility buffer. `draws` are (chunk bind
-    /// group, points drawn) in chunk order; `path` must be a compute path this raster supports.
+    /// group, points drawn, the chunk's first point in the store) in chunk order; `path` must be a compute path this raster supports.
     /// Returns false (nothing encoded) otherwise.
     #[allow(clippy::too_many_arguments)] // the pass's inputs, each used once
     pub fn encode_splats(
@@ -453,7 +455,7 @@ impl ComputeRaster {
         path: RenderPath,
         size: [u32; 2],
         uniform_group: &wgpu::BindGroup,
-        draws: &[(&wgpu::BindGroup, u32)],
+        draws: &[(&wgpu::BindGroup, u32, u32)],
         timestamp_writes: Option<wgpu::ComputePassTimestampWrites<'_>>,
     ) -> bool {
         if !self.supports(path) {
@@ -465,12 +467,13 @@ impl ComputeRaster {
         };
         let mut params = vec![0u8; (self.draw_stride as usize) * draws.len().max(1)];
         let mut groups = Vec::with_capacity(draws.len());
-        for (i, &(_, count)) in draws.iter().enumerate() {
+        for (i, &(_, count, chunk_first)) in draws.iter().enumerate() {
             let (x, y) = dispatch_size(count, self.max_groups_per_dimension);
             let draw = ChunkDraw {
                 count,
                 row_threads: x * WORKGROUP_THREADS,
-                pad: [0; 2],
+                chunk_first,
+                pad: 0,
             };
             let at = i * self.draw_stride as usize;
             params[at..at + std::mem::size_of::<ChunkDraw>()]
@@ -506,7 +509,7 @@ impl ComputeRaster {
         };
         for (pipeline, target) in passes {
             pass.set_pipeline(pipeline);
-            for (i, (&(chunk, count), &(x, y))) in draws.iter().zip(&groups).enumerate() {
+            for (i, (&(chunk, count, _), &(x, y))) in draws.iter().zip(&groups).enumerate() {
                 if count == 0 {
                     continue;
                 }

@@ -11,8 +11,9 @@ use bytemuck::{Pod, Zeroable};
 use eframe::egui;
 use eframe::egui_wgpu::{self, wgpu};
 
-use super::chunks::{GpuPoint, Placement};
+use super::chunks::{ChunkBook, Placement};
 use super::lines::LineVertex;
+use super::point_format::PointFormat;
 use super::raster::{ComputeRaster, RenderPath};
 use super::shaders;
 
@@ -42,6 +43,57 @@ pub struct ViewUniforms {
     pub age_span_frames: f32,
     pub depth_range: [f32; 2],
     pub log_confidence_range: [f32; 2],
+    pub chunk_points: u32,
+    pub frame_count: u32,
+    pub pad: [u32; 2],
+}
+
+/// The GPU copy of the book's frame table: grown by doubling, appended to as frames arrive,
+/// rewritten after a reset.
+struct FrameTable {
+    buffer: wgpu::Buffer,
+    capacity: u64,
+    /// (book generation, entries written) of what the buffer holds.
+    synced: (u64, usize),
+}
+
+const FRAME_ENTRY_BYTES: u64 = 8;
+
+impl FrameTable {
+    fn new(device: &wgpu::Device, capacity: u64) -> Self {
+        Self {
+            buffer: device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("frame_table"),
+                size: capacity * FRAME_ENTRY_BYTES,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            capacity,
+            synced: (0, 0),
+        }
+    }
+}
+
+fn uniform_bind_group(
+    device: &wgpu::Device,
+    layout: &wgpu::BindGroupLayout,
+    uniforms: &wgpu::Buffer,
+    frame_table: &wgpu::Buffer,
+) -> wgpu::BindGroup {
+    device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("view_uniforms"),
+        layout,
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: uniforms.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: frame_table.as_entire_binding(),
+            },
+        ],
+    })
 }
 
 struct GpuChunk {
@@ -75,7 +127,11 @@ pub struct SceneRenderer {
     lines_pipeline: wgpu::RenderPipeline,
     blit_pipeline: wgpu::RenderPipeline,
     uniform_buffer: wgpu::Buffer,
+    uniform_layout: wgpu::BindGroupLayout,
     uniform_bind_group: wgpu::BindGroup,
+    /// The store's frame table (`ChunkBook::frames`), bound beside the uniforms.
+    frame_table: FrameTable,
+    format: PointFormat,
     chunk_layout: wgpu::BindGroupLayout,
     blit_layout: wgpu::BindGroupLayout,
     chunks: Vec<GpuChunk>,
@@ -87,13 +143,18 @@ pub struct SceneRenderer {
 impl SceneRenderer {
     /// `colour_format` is egui's target format: the offscreen target uses it too, so the copy
     /// into egui's pass is a plain texel load.
-    /// `downlevel` is the adapter's (whether it runs compute shaders).
+    /// `downlevel` is the adapter's (whether it runs compute shaders); `format` how points
+    /// are stored.
     pub fn new(
         device: &wgpu::Device,
         colour_format: wgpu::TextureFormat,
         chunk_points: u32,
         downlevel: wgpu::DownlevelFlags,
+        format: PointFormat,
     ) -> Self {
+        let shaders = shaders::point_shaders(format);
+        let all_stages =
+            wgpu::ShaderStages::VERTEX | wgpu::ShaderStages::FRAGMENT | wgpu::ShaderStages::COMPUTE;
         let uniform_buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("view_uniforms"),
             size: std::mem::size_of::<ViewUniforms>() as u64,
@@ -102,27 +163,38 @@ impl SceneRenderer {
         });
         let uniform_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("view_uniforms"),
-            entries: &[wgpu::BindGroupLayoutEntry {
-                binding: 0,
-                visibility: wgpu::ShaderStages::VERTEX
-                    | wgpu::ShaderStages::FRAGMENT
-                    | wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: wgpu::BufferBindingType::Uniform,
-                    has_dynamic_offset: false,
-                    min_binding_size: NonZeroU64::new(std::mem::size_of::<ViewUniforms>() as u64),
+            entries: &[
+                wgpu::BindGroupLayoutEntry {
+                    binding: 0,
+                    visibility: all_stages,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: NonZeroU64::new(
+                            std::mem::size_of::<ViewUniforms>() as u64
+                        ),
+                    },
+                    count: None,
                 },
-                count: None,
-            }],
+                wgpu::BindGroupLayoutEntry {
+                    binding: 1,
+                    visibility: all_stages,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Storage { read_only: true },
+                        has_dynamic_offset: false,
+                        min_binding_size: NonZeroU64::new(FRAME_ENTRY_BYTES),
+                    },
+                    count: None,
+                },
+            ],
         });
-        let uniform_bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("view_uniforms"),
-            layout: &uniform_layout,
-            entries: &[wgpu::BindGroupEntry {
-                binding: 0,
-                resource: uniform_buffer.as_entire_binding(),
-            }],
-        });
+        let frame_table = FrameTable::new(device, 1024);
+        let uniform_bind_group = uniform_bind_group(
+            device,
+            &uniform_layout,
+            &uniform_buffer,
+            &frame_table.buffer,
+        );
         let chunk_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("point_chunk"),
             entries: &[wgpu::BindGroupLayoutEntry {
@@ -131,7 +203,7 @@ impl SceneRenderer {
                 ty: wgpu::BindingType::Buffer {
                     ty: wgpu::BufferBindingType::Storage { read_only: true },
                     has_dynamic_offset: false,
-                    min_binding_size: NonZeroU64::new(std::mem::size_of::<GpuPoint>() as u64),
+                    min_binding_size: NonZeroU64::new(format.bytes()),
                 },
                 count: None,
             }],
@@ -160,7 +232,7 @@ impl SceneRenderer {
         let points_pipeline = pipeline(
             device,
             "points",
-            shaders::POINTS,
+            shaders.points,
             &[&uniform_layout, &chunk_layout],
             &[],
             wgpu::PrimitiveTopology::TriangleList,
@@ -200,6 +272,7 @@ impl SceneRenderer {
             colour_format,
             DEPTH_FORMAT,
             downlevel,
+            shaders,
         );
         Self {
             colour_format,
@@ -211,7 +284,10 @@ impl SceneRenderer {
             lines_pipeline,
             blit_pipeline,
             uniform_buffer,
+            uniform_layout,
             uniform_bind_group,
+            frame_table,
+            format,
             chunk_layout,
             blit_layout,
             chunks: Vec::new(),
@@ -240,7 +316,48 @@ impl SceneRenderer {
     }
 
     fn chunk_bytes(&self) -> u64 {
-        u64::from(self.chunk_points) * std::mem::size_of::<GpuPoint>() as u64
+        u64::from(self.chunk_points) * self.format.bytes()
+    }
+
+    pub fn format(&self) -> PointFormat {
+        self.format
+    }
+
+    /// Brings the GPU copy of the book's frame table up to date (appending what is new, or
+    /// rewriting it after a reset), growing its buffer when needed.
+    pub fn sync_frames(&mut self, device: &wgpu::Device, queue: &wgpu::Queue, book: &ChunkBook) {
+        let frames = book.frames();
+        let (generation, written) = self.frame_table.synced;
+        let from = if generation == book.generation() && written <= frames.len() {
+            written
+        } else {
+            0
+        };
+        if frames.len() as u64 > self.frame_table.capacity {
+            let capacity = (frames.len() as u64).next_power_of_two();
+            let grown = FrameTable::new(device, capacity);
+            self.uniform_bind_group = uniform_bind_group(
+                device,
+                &self.uniform_layout,
+                &self.uniform_buffer,
+                &grown.buffer,
+            );
+            self.frame_table = grown;
+            // A new buffer holds nothing yet.
+            self.write_frames(queue, frames, 0);
+        } else if from < frames.len() {
+            self.write_frames(queue, frames, from);
+        }
+        self.frame_table.synced = (book.generation(), frames.len());
+    }
+
+    fn write_frames(&self, queue: &wgpu::Queue, frames: &[[u32; 2]], from: usize) {
+        let bytes: &[u8] = bytemuck::cast_slice(&frames[from..]);
+        queue.write_buffer(
+            &self.frame_table.buffer,
+            from as u64 * FRAME_ENTRY_BYTES,
+            bytes,
+        );
     }
 
     /// Caps the bytes of point chunks (an explicit budget below what the device would give).
@@ -295,17 +412,18 @@ impl SceneRenderer {
         device: &wgpu::Device,
         queue: &wgpu::Queue,
         placements: &[Placement],
-        points: &[GpuPoint],
+        points: &[u8],
     ) {
+        let point_bytes = self.format.bytes() as usize;
         for placement in placements {
             if self.reserve_chunks(device, placement.chunk + 1) <= placement.chunk {
                 continue;
             }
-            let Some(source) = points.get(placement.source.clone()) else {
+            let range = placement.source.start * point_bytes..placement.source.end * point_bytes;
+            let Some(bytes) = points.get(range) else {
                 continue;
             };
-            let offset = u64::from(placement.first) * std::mem::size_of::<GpuPoint>() as u64;
-            let bytes: &[u8] = bytemuck::cast_slice(source);
+            let offset = u64::from(placement.first) * point_bytes as u64;
             queue.write_buffer(&self.chunks[placement.chunk].buffer, offset, bytes);
             self.bytes_uploaded += bytes.len() as u64;
         }
@@ -314,7 +432,7 @@ impl SceneRenderer {
     fn new_chunk(&self, device: &wgpu::Device) -> GpuChunk {
         let buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("point_chunk"),
-            size: u64::from(self.chunk_points) * std::mem::size_of::<GpuPoint>() as u64,
+            size: self.chunk_bytes(),
             usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
@@ -441,10 +559,13 @@ impl SceneRenderer {
         if path.is_compute()
             && let Some(raster) = &mut self.raster
         {
-            let draws: Vec<(&wgpu::BindGroup, u32)> = frame
+            let draws: Vec<(&wgpu::BindGroup, u32, u32)> = frame
                 .draws
                 .iter()
-                .filter_map(|&(chunk, n)| self.chunks.get(chunk).map(|c| (&c.bind_group, n)))
+                .filter_map(|&(chunk, n)| {
+                    let first = (chunk as u32).saturating_mul(self.chunk_points);
+                    self.chunks.get(chunk).map(|c| (&c.bind_group, n, first))
+                })
                 .collect();
             let writes = timestamps.map(|query_set| wgpu::ComputePassTimestampWrites {
                 query_set,
@@ -506,7 +627,9 @@ impl SceneRenderer {
                     continue;
                 };
                 pass.set_bind_group(1, &gpu.bind_group, &[]);
-                pass.draw(0..sprites.saturating_mul(SPRITE_VERTICES), 0..1);
+                // The instance index tells the shader which chunk it reads (the frame table).
+                let chunk = chunk as u32;
+                pass.draw(0..sprites.saturating_mul(SPRITE_VERTICES), chunk..chunk + 1);
             }
         }
         if let Some(lines) = self

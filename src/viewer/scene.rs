@@ -6,7 +6,7 @@ use eframe::egui_wgpu::wgpu;
 use glam::Vec3;
 
 use super::camera::OrbitCamera;
-use super::chunks::{ChunkBook, GpuPoint};
+use super::chunks::ChunkBook;
 use super::history::StreamHistory;
 use super::lines::{LineList, frustum_colour, frustum_indices};
 use super::panels::RenderSettings;
@@ -24,16 +24,6 @@ pub fn point_count(result: &FrameResult) -> usize {
     p.xyz.len().min(p.rgb.len()).min(p.confidence.len())
 }
 
-/// The result's points as the GPU stores them, appended to `out` (cleared first).
-pub fn gpu_points(result: &FrameResult, out: &mut Vec<GpuPoint>) {
-    let p = &result.points;
-    out.clear();
-    out.extend(
-        (0..point_count(result))
-            .map(|i| GpuPoint::new(p.xyz[i], p.rgb[i], p.confidence[i], result.frame)),
-    );
-}
-
 /// Appends a result's points to the store: chunks first (the renderer creates what is
 /// missing, within its budget and what the GPU gives), then the book places the points (and
 /// refuses and counts what found no chunk), then they are written once. Returns how many
@@ -44,7 +34,7 @@ pub fn append_result(
     device: &wgpu::Device,
     queue: &wgpu::Queue,
     result: &FrameResult,
-    staging: &mut Vec<GpuPoint>,
+    staging: &mut Vec<u8>,
 ) -> usize {
     let n = point_count(result);
     let wanted = book.chunks_after(n);
@@ -52,13 +42,15 @@ pub fn append_result(
     if got < wanted {
         book.limit_to_chunks(got);
     }
-    let placements = book.append(n);
+    let placements = book.append_frame(n, result.frame);
     if placements.is_empty() {
         return 0;
     }
-    gpu_points(result, staging);
+    let stored: usize = placements.iter().map(|p| p.source.len()).sum();
+    store.format().encode(result, stored, staging);
     store.upload_points(device, queue, &placements, staging);
-    placements.iter().map(|p| p.source.len()).sum()
+    store.sync_frames(device, queue, book);
+    stored
 }
 
 /// The line overlays the settings ask for: ground grid, trajectory, camera frustums.
@@ -121,6 +113,9 @@ pub fn scene_frame(
         age_span_frames: (history.poses.len() as f32).max(1.0),
         depth_range: [0.0, history.max_depth.max(0.1) + camera.distance],
         log_confidence_range: [log_conf.0, log_conf.1.max(log_conf.0 + 1e-3)],
+        chunk_points: book.chunk_points(),
+        frame_count: book.frames().len() as u32,
+        pad: [0; 2],
     };
     SceneFrame {
         uniforms,

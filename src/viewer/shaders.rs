@@ -1,12 +1,67 @@
 //! WGSL sources, compiled into the binary. `common.wgsl` (the view uniforms and colour ramp) is
-//! prepended to every shader that reads the view, and `point.wgsl` (the stored point and its
-//! colour) to both point paths, so sprites and the compute rasteriser filter and colour alike.
+//! prepended to every shader that reads the view, and `point.wgsl` (the point and its colour)
+//! with the stored format's `point_full.wgsl` or `point_compact.wgsl` (`load_point`) to both
+//! point paths, so sprites and the compute rasteriser filter and colour alike.
 
-pub const POINTS: &str = concat!(
-    include_str!("../../shaders/common.wgsl"),
-    include_str!("../../shaders/point.wgsl"),
-    include_str!("../../shaders/points.wgsl")
-);
+use super::point_format::PointFormat;
+
+/// A point shader: common, point and the format's loader, then the given files.
+macro_rules! point_shader {
+    ($format:literal $(, $file:literal)*) => {
+        concat!(
+            include_str!("../../shaders/common.wgsl"),
+            include_str!("../../shaders/point.wgsl"),
+            include_str!(concat!("../../shaders/point_", $format, ".wgsl")),
+            $(include_str!(concat!("../../shaders/", $file)),)*
+        )
+    };
+}
+
+/// The shaders that read stored points, for one point format.
+#[derive(Debug, Clone, Copy)]
+pub struct PointShaders {
+    /// Sprites.
+    pub points: &'static str,
+    /// The compute rasteriser with one 64-bit atomic per pixel (needs `SHADER_INT64` and
+    /// `SHADER_INT64_ATOMIC_MIN_MAX`), every covered pixel written.
+    pub raster64: &'static str,
+    /// The same with a load before each write (needs `SHADER_INT64_ATOMIC_ALL_OPS` too), so
+    /// points behind the pixel's nearest skip the atomic.
+    pub raster64_peek: &'static str,
+    /// The compute rasteriser in two 32-bit passes (depth, then colour).
+    pub raster32: &'static str,
+}
+
+const FULL: PointShaders = PointShaders {
+    points: point_shader!("full", "points.wgsl"),
+    raster64: point_shader!("full", "splat.wgsl", "raster64_blind.wgsl", "raster64.wgsl"),
+    raster64_peek: point_shader!("full", "splat.wgsl", "raster64_peek.wgsl", "raster64.wgsl"),
+    raster32: point_shader!("full", "splat.wgsl", "raster32.wgsl"),
+};
+
+const COMPACT: PointShaders = PointShaders {
+    points: point_shader!("compact", "points.wgsl"),
+    raster64: point_shader!(
+        "compact",
+        "splat.wgsl",
+        "raster64_blind.wgsl",
+        "raster64.wgsl"
+    ),
+    raster64_peek: point_shader!(
+        "compact",
+        "splat.wgsl",
+        "raster64_peek.wgsl",
+        "raster64.wgsl"
+    ),
+    raster32: point_shader!("compact", "splat.wgsl", "raster32.wgsl"),
+};
+
+pub fn point_shaders(format: PointFormat) -> PointShaders {
+    match format {
+        PointFormat::Full => FULL,
+        PointFormat::Compact => COMPACT,
+    }
+}
 
 pub const LINES: &str = concat!(
     include_str!("../../shaders/common.wgsl"),
@@ -14,34 +69,6 @@ pub const LINES: &str = concat!(
 );
 
 pub const BLIT: &str = include_str!("../../shaders/blit.wgsl");
-
-/// The compute rasteriser with one 64-bit atomic per pixel (needs `SHADER_INT64` and
-/// `SHADER_INT64_ATOMIC_MIN_MAX`), every covered pixel written.
-pub const RASTER64: &str = concat!(
-    include_str!("../../shaders/common.wgsl"),
-    include_str!("../../shaders/point.wgsl"),
-    include_str!("../../shaders/splat.wgsl"),
-    include_str!("../../shaders/raster64_blind.wgsl"),
-    include_str!("../../shaders/raster64.wgsl")
-);
-
-/// The same with a load before each write (needs `SHADER_INT64_ATOMIC_ALL_OPS` too), so points
-/// behind the pixel's nearest skip the atomic.
-pub const RASTER64_PEEK: &str = concat!(
-    include_str!("../../shaders/common.wgsl"),
-    include_str!("../../shaders/point.wgsl"),
-    include_str!("../../shaders/splat.wgsl"),
-    include_str!("../../shaders/raster64_peek.wgsl"),
-    include_str!("../../shaders/raster64.wgsl")
-);
-
-/// The compute rasteriser in two 32-bit passes (depth, then colour).
-pub const RASTER32: &str = concat!(
-    include_str!("../../shaders/common.wgsl"),
-    include_str!("../../shaders/point.wgsl"),
-    include_str!("../../shaders/splat.wgsl"),
-    include_str!("../../shaders/raster32.wgsl")
-);
 
 /// The visibility buffer of either compute rasteriser into colour and depth.
 pub const RESOLVE: &str = concat!(
@@ -59,15 +86,25 @@ pub enum ShaderNeeds {
     Int64AtomicAll,
 }
 
-/// Every shader module the viewer creates, by name, with what it needs (for validation tests).
-pub fn all() -> [(&'static str, &'static str, ShaderNeeds); 7] {
-    [
-        ("points", POINTS, ShaderNeeds::Base),
-        ("lines", LINES, ShaderNeeds::Base),
-        ("blit", BLIT, ShaderNeeds::Base),
-        ("raster64", RASTER64, ShaderNeeds::Int64AtomicMinMax),
-        ("raster64_peek", RASTER64_PEEK, ShaderNeeds::Int64AtomicAll),
-        ("raster32", RASTER32, ShaderNeeds::Base),
-        ("resolve", RESOLVE, ShaderNeeds::Base),
-    ]
+/// Every shader module the viewer creates, by name (`points/full`, `raster64/compact`, …),
+/// with what it needs (for validation tests).
+pub fn all() -> Vec<(String, &'static str, ShaderNeeds)> {
+    let mut out = vec![
+        ("lines".to_string(), LINES, ShaderNeeds::Base),
+        ("blit".to_string(), BLIT, ShaderNeeds::Base),
+        ("resolve".to_string(), RESOLVE, ShaderNeeds::Base),
+    ];
+    for format in PointFormat::ALL {
+        let s = point_shaders(format);
+        let name = |n: &str| format!("{n}/{}", format.name());
+        out.push((name("points"), s.points, ShaderNeeds::Base));
+        out.push((name("raster64"), s.raster64, ShaderNeeds::Int64AtomicMinMax));
+        out.push((
+            name("raster64_peek"),
+            s.raster64_peek,
+            ShaderNeeds::Int64AtomicAll,
+        ));
+        out.push((name("raster32"), s.raster32, ShaderNeeds::Base));
+    }
+    out
 }

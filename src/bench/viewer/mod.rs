@@ -20,11 +20,12 @@ pub use source::PointSource;
 use timer::FrameTimer;
 
 use crate::viewer::camera::OrbitCamera;
-use crate::viewer::chunks::{ChunkBook, DEFAULT_CHUNK_POINTS, GpuPoint};
+use crate::viewer::chunks::{ChunkBook, DEFAULT_CHUNK_POINTS};
 use crate::viewer::gpu::{HeadlessError, HeadlessGpu};
 use crate::viewer::history::StreamHistory;
 use crate::viewer::panels::RenderSettings;
 use crate::viewer::picture::{self, PictureDiff};
+use crate::viewer::point_format::PointFormat;
 use crate::viewer::raster::RenderPath;
 use crate::viewer::render::SceneRenderer;
 use crate::viewer::scene;
@@ -94,6 +95,8 @@ pub struct ViewerBenchConfig {
     pub compare: bool,
     /// Points per chunk of the store.
     pub chunk_points: u32,
+    /// How points are stored (the window's default: compact).
+    pub point_format: PointFormat,
     /// Write each case's first picture here as PNG (`POINTS-PATH-BUDGET.png`).
     pub save_pictures: Option<std::path::PathBuf>,
 }
@@ -115,6 +118,7 @@ impl Default for ViewerBenchConfig {
             point_size_px: RenderSettings::default().point_size_px,
             compare: true,
             chunk_points: DEFAULT_CHUNK_POINTS,
+            point_format: PointFormat::default(),
             save_pictures: None,
         }
     }
@@ -136,7 +140,8 @@ pub struct ViewerBenchReport {
     pub width: u32,
     pub height: u32,
     pub source: String,
-    pub point_bytes: usize,
+    pub point_format: PointFormat,
+    pub point_bytes: u64,
     pub chunk_points: u32,
     pub append: AppendReport,
     pub cases: Vec<CaseReport>,
@@ -276,11 +281,17 @@ pub fn run_viewer_bench(
         timing: timer.method(),
     });
 
-    let mut renderer = SceneRenderer::new(&gpu.device, TARGET_FORMAT, cfg.chunk_points, downlevel);
+    let mut renderer = SceneRenderer::new(
+        &gpu.device,
+        TARGET_FORMAT,
+        cfg.chunk_points,
+        downlevel,
+        cfg.point_format,
+    );
     let mut book = ChunkBook::new(cfg.chunk_points, u64::MAX);
     let mut history = StreamHistory::default();
     let mut frames = Frames::open(&cfg.source)?;
-    let mut staging: Vec<GpuPoint> = Vec::new();
+    let mut staging: Vec<u8> = Vec::new();
     let mut append_ms = Vec::new();
     let mut append_points = Vec::new();
     let base_settings = RenderSettings {
@@ -300,7 +311,8 @@ pub fn run_viewer_bench(
         width: cfg.width,
         height: cfg.height,
         source: cfg.source.describe(),
-        point_bytes: std::mem::size_of::<GpuPoint>(),
+        point_format: cfg.point_format,
+        point_bytes: cfg.point_format.bytes(),
         chunk_points: cfg.chunk_points,
         append: AppendReport::default(),
         cases: Vec::new(),

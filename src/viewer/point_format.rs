@@ -1,0 +1,168 @@
+//! How a point is stored on the GPU: the full 24-byte `GpuPoint`, or a compact 16-byte one: xyz
+//! f32, 8-bit RGB and a 16-bit code of ln(confidence), whose low byte takes the place of the
+//! lowest 8 mantissa bits of x (x keeps 15 bits of relative precision: 0.3 mm at 10 m). The frame
+//! comes from the store's frame table, since a chunk holds whole frames in order.
+//!
+//! Both paths read either through `load_point` (shaders/point_full.wgsl or point_compact.wgsl),
+//! so the rest of the shaders do not know which is stored.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::chunks::GpuPoint;
+use crate::frame::FrameResult;
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum PointFormat {
+    /// xyz f32, rgb u32, confidence f32, frame u32: 24 bytes, every value exact.
+    Full,
+    /// xyz f32 and one word of r, g, b and a log-confidence code: 16 bytes, two thirds of the
+    /// memory and bandwidth; x to 2^-15 of itself, the confidence to 0.04 %.
+    #[default]
+    Compact,
+}
+
+/// One point in the compact format (`StoredPoint` in shaders/point_compact.wgsl).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
+pub struct CompactPoint {
+    /// x's lowest 8 mantissa bits hold the confidence code's low byte.
+    pub xyz: [f32; 3],
+    /// r | g << 8 | b << 16 | confidence code's high byte << 24
+    pub packed: u32,
+}
+
+/// ln of the smallest confidence the compact code tells apart (10^-4); smaller ones read as it.
+pub const LN_CONFIDENCE_MIN: f32 = -9.210_34;
+/// Code steps over ln(10^-4)..ln(10^8): 65535 steps of 12·ln(10)/65535.
+pub const LN_CONFIDENCE_STEP: f32 = 12.0 * std::f32::consts::LN_10 / 65535.0;
+
+/// The 16-bit code of a confidence (nearest step of its log; out of range clamps).
+pub fn confidence_code(confidence: f32) -> u16 {
+    let ln = confidence.max(f32::MIN_POSITIVE).ln();
+    ((ln - LN_CONFIDENCE_MIN) / LN_CONFIDENCE_STEP)
+        .round()
+        .clamp(0.0, 65535.0) as u16
+}
+
+/// The confidence a code stands for.
+pub fn confidence_of_code(code: u16) -> f32 {
+    (LN_CONFIDENCE_MIN + f32::from(code) * LN_CONFIDENCE_STEP).exp()
+}
+
+impl CompactPoint {
+    pub fn new(xyz: [f32; 3], rgb: [u8; 3], confidence: f32) -> Self {
+        let code = u32::from(confidence_code(confidence));
+        let x = f32::from_bits((xyz[0].to_bits() & !0xff) | (code & 0xff));
+        Self {
+            xyz: [x, xyz[1], xyz[2]],
+            packed: u32::from(rgb[0])
+                | (u32::from(rgb[1]) << 8)
+                | (u32::from(rgb[2]) << 16)
+                | ((code >> 8) << 24),
+        }
+    }
+
+    /// The confidence code back from its two bytes.
+    pub fn confidence_code(&self) -> u16 {
+        (((self.packed >> 24) << 8) | (self.xyz[0].to_bits() & 0xff)) as u16
+    }
+}
+
+impl PointFormat {
+    pub const ALL: [Self; 2] = [Self::Full, Self::Compact];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Compact => "compact",
+        }
+    }
+
+    /// Bytes of one stored point.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Self::Full => std::mem::size_of::<GpuPoint>() as u64,
+            Self::Compact => std::mem::size_of::<CompactPoint>() as u64,
+        }
+    }
+
+    /// The result's first `count` points as stored, into `out` (cleared first).
+    pub fn encode(self, result: &FrameResult, count: usize, out: &mut Vec<u8>) {
+        let p = &result.points;
+        out.clear();
+        match self {
+            Self::Full => {
+                for i in 0..count {
+                    let point = GpuPoint::new(p.xyz[i], p.rgb[i], p.confidence[i], result.frame);
+                    out.extend_from_slice(bytemuck::bytes_of(&point));
+                }
+            }
+            Self::Compact => {
+                for i in 0..count {
+                    let point = CompactPoint::new(p.xyz[i], p.rgb[i], p.confidence[i]);
+                    out.extend_from_slice(bytemuck::bytes_of(&point));
+                }
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for PointFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("unknown point format `{s}` (full, compact)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_points_are_16_bytes_and_pack_rgb_and_confidence() {
+        assert_eq!(std::mem::size_of::<CompactPoint>(), 16);
+        assert_eq!(PointFormat::Compact.bytes(), 16);
+        assert_eq!(PointFormat::Full.bytes(), 24);
+        let p = CompactPoint::new([1.0, 2.0, 3.0], [1, 2, 3], 1.0);
+        assert_eq!(p.packed & 0x00ff_ffff, 0x0003_0201);
+        assert_eq!(p.confidence_code(), confidence_code(1.0));
+        assert_eq!(p.xyz[1..], [2.0, 3.0]);
+        // x keeps all but its lowest 8 mantissa bits.
+        for x in [1.0f32, -3.7, 12.25, 1e-3, 250.0] {
+            let q = CompactPoint::new([x, 0.0, 0.0], [0; 3], 42.0);
+            assert!(
+                ((q.xyz[0] - x) / x).abs() < 1.0 / 32768.0,
+                "{x} -> {}",
+                q.xyz[0]
+            );
+            assert_eq!(q.confidence_code(), confidence_code(42.0));
+        }
+    }
+
+    #[test]
+    fn confidence_codes_keep_it_to_a_fraction_of_a_percent() {
+        for c in [
+            2e-4f32, 0.02, 0.5, 1.0, 1.7, 3.0, 9.9, 42.0, 700.0, 9000.0, 5e7,
+        ] {
+            let back = confidence_of_code(confidence_code(c));
+            assert!((back / c - 1.0).abs() < 5e-4, "{c} -> {back}");
+        }
+        // Out of range clamps; zero and negatives read as the smallest.
+        assert_eq!(confidence_code(0.0), 0);
+        assert_eq!(confidence_code(-3.0), 0);
+        assert_eq!(confidence_code(1e9), 65535);
+        // Monotonic.
+        let mut last = 0;
+        for i in 0..3000 {
+            let code = confidence_code(1e-4 * 1.01f32.powi(i));
+            assert!(code >= last);
+            last = code;
+        }
+    }
+}
