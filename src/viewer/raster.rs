@@ -126,6 +126,9 @@ pub struct ComputeRaster {
     draw_capacity: u64,
     draw_buffer: wgpu::Buffer,
     max_groups_per_dimension: u32,
+    /// The device's largest storage binding: a view whose visibility buffer would not fit is
+    /// drawn with sprites.
+    max_binding_bytes: u64,
     targets: Option<Targets>,
 }
 
@@ -321,6 +324,7 @@ impl ComputeRaster {
             draw_capacity,
             draw_buffer: Self::draw_buffer(device, draw_stride, draw_capacity),
             max_groups_per_dimension: limits.max_compute_workgroups_per_dimension,
+            max_binding_bytes: limits.max_storage_buffer_binding_size,
             targets: None,
         })
     }
@@ -332,6 +336,11 @@ impl ComputeRaster {
             usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         })
+    }
+
+    /// Whether a view of `size` pixels fits the device's storage bindings (8 bytes a pixel).
+    pub fn fits(&self, size: [u32; 2]) -> bool {
+        u64::from(size[0]) * u64::from(size[1]) * 8 <= self.max_binding_bytes
     }
 
     pub fn supports(&self, path: RenderPath) -> bool {

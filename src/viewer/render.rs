@@ -529,6 +529,17 @@ impl SceneRenderer {
         });
     }
 
+    /// The path `frame` is drawn with: its own, or the sprites where the device cannot run it
+    /// or the view's visibility buffer would not fit one storage binding.
+    pub fn drawn_path(&self, frame: &SceneFrame) -> RenderPath {
+        let fits = self.raster.as_ref().is_some_and(|r| r.fits(frame.size_px));
+        if self.supports(frame.path) && (fits || !frame.path.is_compute()) {
+            frame.path
+        } else {
+            RenderPath::Sprites
+        }
+    }
+
     /// The offscreen colour target (after a render), for reading the picture back.
     pub fn colour_texture(&self) -> Option<&wgpu::Texture> {
         self.offscreen.as_ref().map(|o| &o.colour)
@@ -550,11 +561,7 @@ impl SceneRenderer {
         }
         self.ensure_offscreen(device, frame.size_px);
         queue.write_buffer(&self.uniform_buffer, 0, bytemuck::bytes_of(&frame.uniforms));
-        let path = if self.supports(frame.path) {
-            frame.path
-        } else {
-            RenderPath::Sprites
-        };
+        let path = self.drawn_path(frame);
         let mut scene_begin = timestamps.map(|q| (q, 0u32));
         if path.is_compute()
             && let Some(raster) = &mut self.raster

@@ -393,6 +393,13 @@ pub fn run_viewer_bench(
                         [cfg.width, cfg.height],
                         path,
                     );
+                    if renderer.drawn_path(&frame) != path {
+                        return Err(ViewerBenchError::PathUnavailable {
+                            path: path.name(),
+                            adapter: adapter_name.clone(),
+                            needs: "a visibility buffer (8 bytes a pixel) within one storage binding",
+                        });
+                    }
                     stride = frame.uniforms.stride;
                     drawn = frame.draws.iter().map(|&(_, n)| u64::from(n)).sum();
                     let timing = timer
