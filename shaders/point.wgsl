@@ -8,6 +8,7 @@
 struct Point {
     position: vec3<f32>,
     rgb: u32,
+    // Only filled in the confidence colours (compact points decode it with an exp).
     confidence: f32,
     // Only filled in the frame-age colours (it may cost a search of the frame table).
     frame: u32,

@@ -20,21 +20,22 @@ struct StoredPoint {
 fn load_point(i: u32, chunk_first: u32) -> Point {
     let s = points[i];
     let x_bits = bitcast<u32>(s.x);
-    let code = f32(((s.packed >> 24u) << 8u) | (x_bits & 0xffu));
+    let code = ((s.packed >> 24u) << 8u) | (x_bits & 0xffu);
     var frame = 0u;
     if view.colour_mode == COLOUR_FRAME_AGE {
         frame = frame_of(chunk_first + i);
     }
-    // The threshold is compared as a code too, so a point and a threshold that round to the
-    // same step agree (decoding the point would put 1.0 a rounding error under 1.0).
-    let threshold_code = round(
-        (log(max(view.confidence_threshold, 1e-30)) - LN_CONFIDENCE_MIN) / LN_CONFIDENCE_STEP,
-    );
+    var confidence = 0.0;
+    if view.colour_mode == COLOUR_CONFIDENCE {
+        confidence = exp(LN_CONFIDENCE_MIN + f32(code) * LN_CONFIDENCE_STEP);
+    }
     return Point(
         vec3<f32>(bitcast<f32>(x_bits & 0xffffff00u), s.y, s.z),
         s.packed & 0x00ffffffu,
-        exp(LN_CONFIDENCE_MIN + code * LN_CONFIDENCE_STEP),
+        confidence,
         frame,
-        code >= threshold_code,
+        // The threshold is compared as a code too (worked out on the CPU), so a point and a
+        // threshold that round to the same step agree.
+        code >= view.threshold_code,
     );
 }

@@ -69,11 +69,15 @@ fn splat_of(k: u32) -> Splat {
         // -0.0: as near as +0.0.
         depth_bits = 0u;
     }
-    let c = vec3<u32>(round(clamp(colour_of(p), vec3<f32>(0.0), vec3<f32>(1.0)) * 255.0));
+    var rgb = p.rgb;
+    if view.colour_mode != COLOUR_RGB {
+        let c = vec3<u32>(round(clamp(colour_of(p), vec3<f32>(0.0), vec3<f32>(1.0)) * 255.0));
+        rgb = c.x | (c.y << 8u) | (c.z << 16u);
+    }
     s.centre = centre;
     s.radius = radius;
     s.key_depth = 0xffffffffu - depth_bits;
-    s.rgb = c.x | (c.y << 8u) | (c.z << 16u) | 0x01000000u;
+    s.rgb = rgb | 0x01000000u;
     return s;
 }
 

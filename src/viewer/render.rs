@@ -45,7 +45,9 @@ pub struct ViewUniforms {
     pub log_confidence_range: [f32; 2],
     pub chunk_points: u32,
     pub frame_count: u32,
-    pub pad: [u32; 2],
+    /// `confidence_threshold` as a compact point's code (`point_format::confidence_code`).
+    pub threshold_code: u32,
+    pub pad: u32,
 }
 
 /// The GPU copy of the book's frame table: grown by doubling, appended to as frames arrive,

@@ -10,6 +10,7 @@ use super::chunks::ChunkBook;
 use super::history::StreamHistory;
 use super::lines::{LineList, frustum_colour, frustum_indices};
 use super::panels::RenderSettings;
+use super::point_format;
 use super::raster::RenderPath;
 use super::render::{SceneFrame, SceneRenderer, ViewUniforms};
 use crate::frame::FrameResult;
@@ -115,7 +116,8 @@ pub fn scene_frame(
         log_confidence_range: [log_conf.0, log_conf.1.max(log_conf.0 + 1e-3)],
         chunk_points: book.chunk_points(),
         frame_count: book.frames().len() as u32,
-        pad: [0; 2],
+        threshold_code: u32::from(point_format::confidence_code(settings.confidence_threshold)),
+        pad: 0,
     };
     SceneFrame {
         uniforms,
