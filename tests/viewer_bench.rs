@@ -147,3 +147,66 @@ fn bench_viewer_refuses_bad_arguments_by_name() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[test]
+fn bench_viewer_draws_a_recorded_session() {
+    // A session of 8 demo frames (about 55 k points), written as `run` writes one.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("take.srec");
+    let mut stream = streamrecon::viewer::demo::DemoStream::new(Default::default());
+    let out = std::fs::File::create(&file).expect("session file");
+    let mut w = streamrecon::record::SessionWriter::new(out, &file, &serde_json::json!({}))
+        .expect("writer");
+    let mut points = 0;
+    for i in 0..8 {
+        let r = stream.next_result();
+        points += r.points.len() as u64;
+        w.write_frame(&r, i as f64 / 30.0).expect("frame");
+    }
+    w.finish().expect("finish");
+    let json = dir.path().join("viewer.json");
+    // More points than the session holds: its frames are cycled.
+    let wanted = points + points / 2;
+    let out = streamrecon()
+        .args([
+            "bench", "viewer", "--size", "160x90", "--frames", "2", "--warmup", "0",
+        ])
+        .args(["--path", "sprites", "--points"])
+        .arg(format!("{}", wanted as f64 / 1e6))
+        .arg("--session")
+        .arg(&file)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run streamrecon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    if stderr.contains("needs a GPU adapter") {
+        println!("skipping the session bench: no wgpu adapter here ({stderr})");
+        return;
+    }
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the JSON report")).expect("JSON");
+    assert!(
+        report["source"]
+            .as_str()
+            .unwrap_or("")
+            .contains("take.srec")
+    );
+    assert_eq!(report["append"]["points"].as_u64(), Some(wanted));
+    assert!(
+        report["append"]["frames"].as_u64().unwrap_or(0) > 8,
+        "{report}"
+    );
+    // A session that is not there is named.
+    let out = streamrecon()
+        .args(["bench", "viewer", "--size", "64x36", "--session"])
+        .arg(dir.path().join("missing.srec"))
+        .output()
+        .expect("run streamrecon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("missing.srec"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
