@@ -132,17 +132,17 @@ pub struct ComputeRaster {
     targets: Option<Targets>,
 }
 
-/// The visibility buffers of one view size, with their bind groups.
+/// The visibility buffers of one view size and one path (only that path's: 8 bytes a pixel),
+/// with their bind groups.
 struct Targets {
     pixels: u64,
+    path: RenderPath,
     draw_capacity: u64,
-    target64: Option<wgpu::BindGroup>,
-    target32: wgpu::BindGroup,
-    resolve64: Option<wgpu::BindGroup>,
-    resolve32: wgpu::BindGroup,
-    visibility64: Option<wgpu::Buffer>,
-    depth32: wgpu::Buffer,
-    colour32: wgpu::Buffer,
+    /// Bind groups of the splat passes and the resolve.
+    target: wgpu::BindGroup,
+    resolve: wgpu::BindGroup,
+    /// Cleared before each frame: the 64-bit buffer, or the 32-bit depth keys and colours.
+    buffers: Vec<wgpu::Buffer>,
 }
 
 fn storage_entry(
@@ -353,23 +353,31 @@ impl ComputeRaster {
 
     /// Bytes of the visibility buffers at the current size.
     pub fn target_bytes(&self) -> u64 {
-        self.targets.as_ref().map_or(0, |t| {
-            t.visibility64.as_ref().map_or(0, |b| b.size()) + t.depth32.size() + t.colour32.size()
-        })
+        self.targets
+            .as_ref()
+            .map_or(0, |t| t.buffers.iter().map(wgpu::Buffer::size).sum())
     }
 
-    /// (Re)creates the visibility buffers for a view of `size` pixels and room for `draws`
-    /// chunk dispatches.
-    fn ensure_targets(&mut self, device: &wgpu::Device, size: [u32; 2], draws: usize) {
+    /// (Re)creates the visibility buffers of `path` (a compute path this raster supports) for a
+    /// view of `size` pixels and room for `draws` chunk dispatches.
+    fn ensure_targets(
+        &mut self,
+        device: &wgpu::Device,
+        size: [u32; 2],
+        draws: usize,
+        path: RenderPath,
+    ) {
         let pixels = u64::from(size[0]) * u64::from(size[1]);
         let draws = draws as u64;
         if self
             .targets
             .as_ref()
-            .is_some_and(|t| t.pixels == pixels && t.draw_capacity >= draws)
+            .is_some_and(|t| t.pixels == pixels && t.path == path && t.draw_capacity >= draws)
         {
             return;
         }
+        // The old buffers go before the new ones are made (a resize never holds both).
+        self.targets = None;
         if draws > self.draw_capacity {
             self.draw_capacity = draws.next_power_of_two();
             self.draw_buffer = Self::draw_buffer(device, self.draw_stride, self.draw_capacity);
@@ -382,17 +390,15 @@ impl ComputeRaster {
                 mapped_at_creation: false,
             })
         };
-        let visibility64 = self
-            .raster64
-            .as_ref()
-            .map(|_| storage("visibility64", pixels * 8));
-        let depth32 = storage("depth_keys32", pixels * 4);
-        let colour32 = storage("colours32", pixels * 4);
         let draw_binding = wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &self.draw_buffer,
             offset: 0,
             size: NonZeroU64::new(std::mem::size_of::<ChunkDraw>() as u64),
         });
+        let draw_entry = wgpu::BindGroupEntry {
+            binding: 1,
+            resource: draw_binding,
+        };
         let group = |label, layout, entries: &[wgpu::BindGroupEntry]| {
             device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some(label),
@@ -406,49 +412,45 @@ impl ComputeRaster {
                 resource: buffer.as_entire_binding(),
             }
         }
-        let target64 = visibility64.as_ref().map(|v| {
-            group(
-                "raster64_target",
-                &self.target64_layout,
-                &[
-                    entry(0, v),
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: draw_binding.clone(),
-                    },
-                ],
+        let (target, resolve, buffers) = if path == RenderPath::Compute {
+            let visibility = storage("visibility64", pixels * 8);
+            (
+                group(
+                    "raster64_target",
+                    &self.target64_layout,
+                    &[entry(0, &visibility), draw_entry],
+                ),
+                group(
+                    "resolve64",
+                    &self.resolve64_layout,
+                    &[entry(0, &visibility)],
+                ),
+                vec![visibility],
             )
-        });
-        let resolve64 = visibility64
-            .as_ref()
-            .map(|v| group("resolve64", &self.resolve64_layout, &[entry(0, v)]));
-        let target32 = group(
-            "raster32_target",
-            &self.target32_layout,
-            &[
-                entry(0, &depth32),
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: draw_binding,
-                },
-                entry(2, &colour32),
-            ],
-        );
-        let resolve32 = group(
-            "resolve32",
-            &self.resolve32_layout,
-            &[entry(1, &depth32), entry(2, &colour32)],
-        );
+        } else {
+            let depth = storage("depth_keys32", pixels * 4);
+            let colour = storage("colours32", pixels * 4);
+            (
+                group(
+                    "raster32_target",
+                    &self.target32_layout,
+                    &[entry(0, &depth), draw_entry, entry(2, &colour)],
+                ),
+                group(
+                    "resolve32",
+                    &self.resolve32_layout,
+                    &[entry(1, &depth), entry(2, &colour)],
+                ),
+                vec![depth, colour],
+            )
+        };
         self.targets = Some(Targets {
             pixels,
+            path,
             draw_capacity: self.draw_capacity,
-            target64,
-            target32,
-            resolve64,
-            resolve32,
-            visibility64,
-            depth32,
-            colour32,
+            target,
+            resolve,
+            buffers,
         });
     }
 
@@ -470,7 +472,7 @@ impl ComputeRaster {
         if !self.supports(path) {
             return false;
         }
-        self.ensure_targets(device, size, draws.len());
+        self.ensure_targets(device, size, draws.len(), path);
         let Some(targets) = &self.targets else {
             return false;
         };
@@ -490,33 +492,20 @@ impl ComputeRaster {
             groups.push((x, y));
         }
         queue.write_buffer(&self.draw_buffer, 0, &params);
-        match path {
-            RenderPath::Compute => {
-                if let Some(v) = &targets.visibility64 {
-                    encoder.clear_buffer(v, 0, None);
-                }
-            }
-            _ => {
-                encoder.clear_buffer(&targets.depth32, 0, None);
-                encoder.clear_buffer(&targets.colour32, 0, None);
-            }
+        for buffer in &targets.buffers {
+            encoder.clear_buffer(buffer, 0, None);
         }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("raster"),
             timestamp_writes,
         });
         pass.set_bind_group(0, uniform_group, &[]);
-        let passes: Vec<(&wgpu::ComputePipeline, &wgpu::BindGroup)> = match path {
-            RenderPath::Compute => match (&self.raster64, &targets.target64) {
-                (Some(p), Some(g)) => vec![(p, g)],
-                _ => Vec::new(),
-            },
-            _ => vec![
-                (&self.depth32, &targets.target32),
-                (&self.colour32, &targets.target32),
-            ],
+        let pipelines: Vec<&wgpu::ComputePipeline> = match path {
+            RenderPath::Compute => self.raster64.iter().collect(),
+            _ => vec![&self.depth32, &self.colour32],
         };
-        for (pipeline, target) in passes {
+        let target = &targets.target;
+        for pipeline in pipelines {
             pass.set_pipeline(pipeline);
             for (i, (&(chunk, count, _), &(x, y))) in draws.iter().zip(&groups).enumerate() {
                 if count == 0 {
@@ -532,19 +521,19 @@ impl ComputeRaster {
 
     /// Draws the resolve (inside the scene's render pass, before the lines).
     pub fn resolve(&self, pass: &mut wgpu::RenderPass<'_>, path: RenderPath) {
-        let Some(targets) = &self.targets else {
+        let Some(targets) = self.targets.as_ref().filter(|t| t.path == path) else {
             return;
         };
-        let (pipeline, group) = match path {
-            RenderPath::Compute => match (&self.resolve64, &targets.resolve64) {
-                (Some(p), Some(g)) => (p, g),
-                _ => return,
+        let pipeline = match path {
+            RenderPath::Compute => match &self.resolve64 {
+                Some(p) => p,
+                None => return,
             },
-            RenderPath::Compute32 => (&self.resolve32, &targets.resolve32),
+            RenderPath::Compute32 => &self.resolve32,
             RenderPath::Sprites => return,
         };
         pass.set_pipeline(pipeline);
-        pass.set_bind_group(2, group, &[]);
+        pass.set_bind_group(2, &targets.resolve, &[]);
         pass.draw(0..3, 0..1);
     }
 }
