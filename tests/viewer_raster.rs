@@ -378,3 +378,46 @@ fn compact_and_full_points_draw_alike() {
         assert!(d.coverage_differing_fraction() <= 0.03, "{d:?}");
     }
 }
+
+#[test]
+fn a_chunk_the_device_cannot_make_stops_the_store_without_a_panic() {
+    let Some(gpu) = gpu_or_skip("a refused chunk") else {
+        return;
+    };
+    // Chunks larger than the device's largest buffer: the first is refused by validation.
+    let too_many = u32::try_from(gpu.device.limits().max_buffer_size / 16 + 1).unwrap_or(u32::MAX);
+    let downlevel = gpu.adapter.get_downlevel_capabilities().flags;
+    let mut store = SceneRenderer::new(
+        &gpu.device,
+        TARGET_FORMAT,
+        too_many,
+        downlevel,
+        PointFormat::Compact,
+    );
+    let mut book = ChunkBook::new(too_many, u64::MAX);
+    let mut stream = DemoStream::new(DemoConfig::default());
+    let r = stream.next_result();
+    let mut staging = Vec::new();
+    let stored = scene::append_result(
+        &mut store,
+        &mut book,
+        &gpu.device,
+        &gpu.queue,
+        &r,
+        &mut staging,
+    );
+    assert_eq!(stored, 0);
+    assert_eq!(store.chunk_count(), 0);
+    assert_eq!(book.refused_points(), scene::point_count(&r) as u64);
+    // And it stays stopped: later frames are counted, not retried chunk by chunk.
+    let r = stream.next_result();
+    scene::append_result(
+        &mut store,
+        &mut book,
+        &gpu.device,
+        &gpu.queue,
+        &r,
+        &mut staging,
+    );
+    assert_eq!(store.chunk_count(), 0);
+}

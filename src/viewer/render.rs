@@ -391,9 +391,14 @@ impl SceneRenderer {
             {
                 break;
             }
-            let scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+            // Out of memory is the expected refusal; a validation error (a chunk over the
+            // device's buffer limits) would otherwise reach wgpu's handler, which panics.
+            let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
             let chunk = self.new_chunk(device);
-            if let Some(error) = pollster::block_on(scope.pop()) {
+            let refused = pollster::block_on(memory.pop());
+            let invalid = pollster::block_on(validation.pop());
+            if let Some(error) = refused.or(invalid) {
                 tracing::warn!(
                     "the GPU refused point chunk {} ({} points stored): {error}; the cloud stops growing",
                     self.chunks.len(),
