@@ -280,34 +280,19 @@ fn snapshot_cloud_view() {
     );
 }
 
-#[test]
-fn the_window_draws_with_the_compute_path_where_the_device_has_it() {
-    let rs = match window_render_state() {
-        Ok(rs) => rs,
-        Err(reason) => {
-            println!("skipping the window's path choice: no wgpu adapter ({reason})");
-            return;
-        }
-    };
-    let downlevel = rs.adapter.get_downlevel_capabilities().flags;
-    let expected = RenderPath::auto(rs.device.features(), downlevel);
+/// The demo's top view through the window's own `CloudView` on `rs`: it must take `expected`
+/// by itself, draw every point, match the sprites' snapshot within the ties' tolerance, and
+/// name its path in the memory panel.
+fn window_draws_with(rs: eframe::egui_wgpu::RenderState, expected: RenderPath) {
     let results = demo_results(30);
     let history = demo_history(&results);
     let mut view = CloudView::new(Some(rs.clone()));
     assert_eq!(view.path(), expected);
     assert_eq!(view.gpu_stats().path, expected);
-    if expected != RenderPath::Compute {
-        println!(
-            "{} has no 64-bit atomics: the window takes {}",
-            rs.adapter.get_info().name,
-            expected.name()
-        );
-        return;
-    }
     for r in &results {
         view.ingest(r);
     }
-    // Every point drawn on the compute path, where the sprites have their budget.
+    // Every point drawn on the compute paths, where the sprites have their budget.
     assert_eq!(view.gpu_stats().stride, 1);
     view.update_camera(
         &history,
@@ -323,8 +308,8 @@ fn the_window_draws_with_the_compute_path_where_the_device_has_it() {
         .renderer(WgpuTestRenderer::from_render_state(rs))
         .build_ui(move |ui| view.ui(ui, &history));
     harness.run();
-    // The compute path draws the sprites' snapshot, but for points at equal depths, where
-    // the two paths break ties differently (docs/viewer.md: the tolerance): a few hundred
+    // The compute paths draw the sprites' snapshot, but for points at equal depths, where
+    // the paths break ties differently (docs/viewer.md: the tolerance): a few hundred
     // scattered pixels of the 150 k at checker edges.
     harness.snapshot_options(
         "viewer_cloud_top",
@@ -337,7 +322,52 @@ fn the_window_draws_with_the_compute_path_where_the_device_has_it() {
         .with_size(egui::vec2(480.0, 240.0))
         .build_ui(move |ui| panels::memory_ui(ui, &cache, &stats));
     panel.run();
-    panel.get_by_label_contains("compute (64-bit atomics)");
+    panel.get_by_label_contains(expected.description());
+}
+
+#[test]
+fn the_window_draws_with_the_compute_path_where_the_device_has_it() {
+    let rs = match window_render_state() {
+        Ok(rs) => rs,
+        Err(reason) => {
+            println!("skipping the window's path choice: no wgpu adapter ({reason})");
+            return;
+        }
+    };
+    let downlevel = rs.adapter.get_downlevel_capabilities().flags;
+    let expected = RenderPath::auto(rs.device.features(), downlevel);
+    if expected != RenderPath::Compute {
+        println!(
+            "{} has no 64-bit atomics: the window takes {}",
+            rs.adapter.get_info().name,
+            expected.name()
+        );
+        return;
+    }
+    window_draws_with(rs, expected);
+}
+
+#[test]
+fn a_device_without_64_bit_atomics_takes_the_32_bit_compute_path() {
+    // kittest's own device asks for no optional features: as an adapter without them would be.
+    let rs = match render_state() {
+        Ok(rs) => rs,
+        Err(reason) => {
+            println!("skipping the 32-bit window path: no wgpu adapter ({reason})");
+            return;
+        }
+    };
+    assert!(
+        !rs.device
+            .features()
+            .contains(eframe::wgpu::Features::SHADER_INT64_ATOMIC_MIN_MAX)
+    );
+    let downlevel = rs.adapter.get_downlevel_capabilities().flags;
+    if !downlevel.contains(eframe::wgpu::DownlevelFlags::COMPUTE_SHADERS) {
+        println!("skipping: this adapter runs no compute shaders (the window keeps the sprites)");
+        return;
+    }
+    window_draws_with(rs, RenderPath::Compute32);
 }
 
 #[test]
