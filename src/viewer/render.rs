@@ -267,6 +267,10 @@ impl SceneRenderer {
             None,
             colour_format,
         );
+        // A driver that claims the features but cannot build the pipelines leaves the view on
+        // the sprites rather than taking the window down with wgpu's error handler.
+        let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
         let raster = ComputeRaster::new(
             device,
             &uniform_layout,
@@ -276,6 +280,17 @@ impl SceneRenderer {
             downlevel,
             shaders,
         );
+        let failed = pollster::block_on(internal.pop());
+        let failed = pollster::block_on(validation.pop()).or(failed);
+        let raster = match failed {
+            Some(error) => {
+                tracing::warn!(
+                    "the compute rasteriser could not be built ({error}); drawing sprites"
+                );
+                None
+            }
+            None => raster,
+        };
         Self {
             colour_format,
             chunk_points,

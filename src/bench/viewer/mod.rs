@@ -397,7 +397,11 @@ pub fn run_viewer_bench(
                         return Err(ViewerBenchError::PathUnavailable {
                             path: path.name(),
                             adapter: adapter_name.clone(),
-                            needs: "a visibility buffer (8 bytes a pixel) within one storage binding",
+                            needs: if renderer.supports(path) {
+                                "a visibility buffer (8 bytes a pixel) within one storage binding"
+                            } else {
+                                "its compute pipelines, which this driver could not build"
+                            },
                         });
                     }
                     stride = frame.uniforms.stride;
