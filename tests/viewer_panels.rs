@@ -371,6 +371,81 @@ fn a_device_without_64_bit_atomics_takes_the_32_bit_compute_path() {
 }
 
 #[test]
+fn the_rasteriser_setting_chooses_the_path_where_the_device_runs_it() {
+    let rs = match render_state() {
+        Ok(rs) => rs,
+        Err(reason) => {
+            println!("skipping the rasteriser setting: no wgpu adapter ({reason})");
+            return;
+        }
+    };
+    let results = demo_results(3);
+    let history = demo_history(&results);
+    let mut view = CloudView::new(Some(rs.clone()));
+    for r in &results {
+        view.ingest(r);
+    }
+    let auto = view.auto_path();
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(320.0, 200.0))
+        .with_accessibility_check(false)
+        .renderer(WgpuTestRenderer::from_render_state(rs.clone()))
+        .build_ui_state(move |ui, view: &mut CloudView| view.ui(ui, &history), view);
+    harness.run();
+    assert_eq!(harness.state().path(), auto);
+    let supported = |p: RenderPath| {
+        p.supported(
+            rs.device.features(),
+            rs.adapter.get_downlevel_capabilities().flags,
+        )
+    };
+    for path in RenderPath::ALL {
+        harness.state_mut().settings.rasteriser = Some(path);
+        harness.run();
+        // A path the device cannot run leaves the sprites.
+        let expected = if supported(path) {
+            path
+        } else {
+            RenderPath::Sprites
+        };
+        assert_eq!(
+            harness.state().path(),
+            expected,
+            "asked for {}",
+            path.name()
+        );
+        assert_eq!(harness.state().gpu_stats().path, expected);
+    }
+    harness.state_mut().settings.rasteriser = None;
+    harness.run();
+    assert_eq!(harness.state().path(), auto);
+}
+
+#[test]
+fn the_view_panel_offers_the_rasteriser_and_the_paths_budget() {
+    let mut harness = Harness::builder()
+        .with_size(egui::vec2(420.0, 320.0))
+        .build_ui_state(
+            |ui, settings: &mut RenderSettings| {
+                panels::render_settings_ui(ui, settings, RenderPath::Compute);
+            },
+            RenderSettings::default(),
+        );
+    harness.run();
+    // On a compute path every point is drawn unless asked otherwise.
+    harness.get_by_label("every point");
+    harness.get_by_label("compute32").click();
+    harness.run();
+    assert_eq!(harness.state().rasteriser, Some(RenderPath::Compute32));
+    harness.get_by_label("auto").click();
+    harness.run();
+    assert_eq!(harness.state().rasteriser, None);
+    harness.get_by_label("every point").click();
+    harness.run();
+    assert!(harness.state().compute_point_budget.is_some());
+}
+
+#[test]
 fn page_map_hover_names_the_page() {
     let results = demo_results(20);
     let history = demo_history(&results);

@@ -28,8 +28,13 @@ pub struct CloudView {
     last_input: Option<Instant>,
     staging: Vec<u8>,
     format: PointFormat,
-    /// How the points are drawn: chosen once from what the device can run.
+    /// How the points are drawn: `settings.rasteriser`, or `auto_path`, where the device
+    /// runs it (else the sprites).
     path: RenderPath,
+    /// The fastest path the device runs (`RenderPath::auto`).
+    auto_path: RenderPath,
+    /// What `path` was last chosen from (a change of the setting chooses again).
+    requested: Option<RenderPath>,
 }
 
 impl CloudView {
@@ -68,7 +73,14 @@ impl CloudView {
             staging: Vec::new(),
             format: PointFormat::default(),
             path,
+            auto_path: path,
+            requested: None,
         }
+    }
+
+    /// The path the window takes by itself on this device.
+    pub fn auto_path(&self) -> RenderPath {
+        self.auto_path
     }
 
     /// How the points are drawn.
@@ -194,6 +206,10 @@ impl CloudView {
 
     /// The 3D view: input, then the paint callback over `ui`'s remaining space.
     pub fn ui(&mut self, ui: &mut egui::Ui, history: &StreamHistory) {
+        if self.settings.rasteriser != self.requested {
+            self.requested = self.settings.rasteriser;
+            self.set_path(self.requested.unwrap_or(self.auto_path));
+        }
         let rect = ui.available_rect_before_wrap();
         let response = ui.allocate_rect(rect, Sense::click_and_drag());
         self.handle_input(ui, &response, history);

@@ -230,6 +230,8 @@ pub struct RenderSettings {
     /// Most points drawn per repaint on the compute paths (`None`: every point; they are
     /// built to draw all of them).
     pub compute_point_budget: Option<u64>,
+    /// How to draw the points (`None`: the window's own choice, `RenderPath::auto`).
+    pub rasteriser: Option<RenderPath>,
     pub show_frustums: bool,
     pub show_trajectory: bool,
     pub show_grid: bool,
@@ -244,6 +246,7 @@ impl Default for RenderSettings {
             colour_mode: ColourMode::Rgb,
             point_budget: 4_000_000,
             compute_point_budget: None,
+            rasteriser: None,
             show_frustums: true,
             show_trajectory: true,
             show_grid: true,
@@ -272,6 +275,15 @@ pub fn render_settings_ui(
             .logarithmic(true)
             .text("min confidence"),
     );
+    ui.horizontal_wrapped(|ui| {
+        ui.label("rasteriser");
+        ui.selectable_value(&mut settings.rasteriser, None, "auto")
+            .on_hover_text("the fastest this GPU runs: compute, else compute32, else sprites");
+        for p in RenderPath::ALL {
+            ui.selectable_value(&mut settings.rasteriser, Some(p), p.name())
+                .on_hover_text(p.description());
+        }
+    });
     ui.horizontal_wrapped(|ui| {
         ui.label("colour");
         for mode in ColourMode::ALL {
