@@ -84,10 +84,11 @@ pub fn memory_ui(ui: &mut egui::Ui, stats: &CacheStats, gpu: &GpuPointStats) {
             row(
                 "points on GPU",
                 format!(
-                    "{} ({}, {} chunks)",
+                    "{} ({}, {} chunk{})",
                     gpu.points,
                     format_bytes(gpu.bytes),
-                    gpu.chunks
+                    gpu.chunks,
+                    if gpu.chunks == 1 { "" } else { "s" }
                 ),
             );
             row("rasteriser", gpu.path.description().to_string());
