@@ -16,8 +16,12 @@ use glam::{Mat3, Mat4, Vec3};
 use super::decode_pool::{OrderedPool, default_workers};
 use super::error::CaptureError;
 use super::paced::Pacer;
+use super::timestamps::nominal_time;
 use super::{CapturedFrame, Source, ms_since};
-use crate::frame::{Intrinsics, RgbImage};
+use crate::frame::{FrameOrigin, Intrinsics, RgbImage};
+
+/// The rate of the room's clock when it is not paced: a camera's usual 30 fps.
+pub const NOMINAL_FPS: f64 = 30.0;
 
 /// Half extents of the room in metres: it spans `[-x, x] × [-y, y] × [-z, z]`.
 pub const ROOM_HALF_EXTENTS: Vec3 = Vec3::new(3.0, 1.5, 4.0);
@@ -279,7 +283,6 @@ pub struct SyntheticSource {
     next_render: u64,
     next: u64,
     pacer: Option<Pacer>,
-    start: Instant,
     /// Started at the first frame.
     pool: Option<OrderedPool<u64, Rendered>>,
     workers: usize,
@@ -299,7 +302,6 @@ impl SyntheticSource {
             next_render: 0,
             next: 0,
             pacer: None,
-            start: Instant::now(),
             pool: None,
             workers: default_workers(),
         }
@@ -369,20 +371,29 @@ impl Source for SyntheticSource {
             return Ok(None);
         };
         let rendered = next.map_err(|e| CaptureError::Worker(e.to_string()))?;
-        let timestamp = match self.pacer.as_mut() {
-            Some(pacer) => pacer.wait(),
-            None => self.start.elapsed(),
+        // The room's clock: frame k is k / fps into the stream, paced or not, so two runs
+        // give the same times.
+        let fps = match self.pacer.as_mut() {
+            Some(pacer) => {
+                pacer.wait();
+                pacer.fps()
+            }
+            None => NOMINAL_FPS,
         };
         self.next += 1;
+        let origin = FrameOrigin {
+            name: format!("synthetic#frame_{:06}", rendered.index),
+            time: nominal_time(rendered.index, Some(fps)),
+            original_size: Some((rendered.image.width, rendered.image.height)),
+        };
         Ok(Some(CapturedFrame {
             index: rendered.index,
             image: rendered.image,
-            timestamp,
+            origin,
             captured_at: Instant::now(),
             // Waiting for the frame (its render, its time on a live clock), less the render.
             capture_ms: (ms_since(clock) - rendered.render_ms).max(0.0),
             decode_ms: rendered.render_ms,
-            label: None,
         }))
     }
 

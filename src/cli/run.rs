@@ -27,7 +27,8 @@ pub struct RunArgs {
     /// Run without a window (the only mode of `run` for now; the viewer is `streamrecon view`).
     #[arg(long)]
     pub headless: bool,
-    /// `webcam:N`, `webcam:NAME`, `synthetic` or an image folder. Default: webcam:0 when a
+    /// `webcam:N`, `webcam:NAME`, `synthetic`, a video file (`clip.mp4`: any container and
+    /// codec the system's FFmpeg decodes) or an image folder. Default: webcam:0 when a
     /// camera exists, else the synthetic room.
     #[arg(long)]
     pub input: Option<String>,
@@ -92,7 +93,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let input = match args.input.as_deref() {
         Some("demo") => bail!(
             "--input demo is the viewer's simulated stream (`streamrecon view --input demo`); \
-             `run` takes webcam:N, webcam:NAME, synthetic or an image folder"
+             `run` takes webcam:N, webcam:NAME, synthetic, a video file or an image folder"
         ),
         Some(s) => s.parse::<InputSpec>()?,
         None => super::stream_args::default_input(),
