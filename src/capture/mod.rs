@@ -18,6 +18,7 @@ pub mod spec;
 pub mod synthetic;
 pub mod timestamps;
 pub mod video;
+pub mod video_writer;
 pub mod webcam;
 
 use std::time::Instant;
@@ -32,6 +33,7 @@ pub use paced::{Paced, Pacer};
 pub use spec::InputSpec;
 pub use synthetic::{SyntheticScene, SyntheticSource, SyntheticView};
 pub use video::{VideoCut, VideoFile};
+pub use video_writer::{VideoWritten, write_video};
 pub use webcam::{CameraRequest, CameraSelector, Webcam, list_cameras};
 
 /// One frame as a source produced it.

@@ -61,6 +61,31 @@ pub fn sample_scene() -> SyntheticScene {
     }
 }
 
+/// The bundled sample's video: the room at 320×240, three seconds at 30 fps.
+pub const SAMPLE_VIDEO_FPS: u32 = 30;
+pub const SAMPLE_VIDEO_FILE: &str = "room.mp4";
+
+pub fn sample_video_scene() -> SyntheticScene {
+    SyntheticScene {
+        width: 320,
+        height: 240,
+        frames: Some(90),
+        ..SyntheticScene::default()
+    }
+}
+
+/// Renders [`sample_video_scene`] into a video at `path` (the sample's `room.mp4`): made by the
+/// program rather than kept in the repository, so it is always the generator's own output.
+pub fn write_sample_video(path: &Path) -> Result<super::VideoWritten, CaptureError> {
+    let scene = sample_video_scene();
+    let frames = scene.frames.unwrap_or(0);
+    super::write_video(
+        path,
+        SAMPLE_VIDEO_FPS,
+        (0..frames).map(|i| scene.render(i).image),
+    )
+}
+
 /// One rendered frame and its ground truth.
 #[derive(Debug, Clone)]
 pub struct SyntheticView {

@@ -159,7 +159,7 @@ pub struct VideoFile {
 }
 
 /// FFmpeg's own log would repeat on stderr what the errors here say, in its words.
-fn init_ffmpeg() -> Result<(), ffmpeg::Error> {
+pub(crate) fn init_ffmpeg() -> Result<(), ffmpeg::Error> {
     static QUIET: Once = Once::new();
     QUIET.call_once(|| ffmpeg::util::log::set_level(ffmpeg::util::log::Level::Fatal));
     ffmpeg::init()
@@ -306,7 +306,7 @@ impl Source for VideoFile {
                 .unwrap_or_default(),
             match self.info.quarter_turns {
                 0 => String::new(),
-                q => format!(", rotated {}° by its metadata", q * 90),
+                q => format!(", turned {}° clockwise by its rotation metadata", q * 90),
             }
         )
     }
@@ -369,8 +369,17 @@ impl Decoder {
             path: path.to_owned(),
             reason,
         };
-        let input = ffmpeg::format::input(path)
-            .map_err(|e| bad(format!("FFmpeg cannot read it as a video ({e})")))?;
+        let input = ffmpeg::format::input(path).map_err(|e| {
+            bad(format!(
+                "FFmpeg cannot read it as a video ({e}){}",
+                if e == ffmpeg::Error::InvalidData {
+                    "; an MP4 or MOV cut short before its index (which most writers put at \
+                     the end) cannot be read at all"
+                } else {
+                    ""
+                }
+            ))
+        })?;
         let Some(stream) = input.streams().best(ffmpeg::media::Type::Video) else {
             let kinds: Vec<String> = input
                 .streams()
@@ -661,8 +670,10 @@ fn to_ns(ts: i64, tb: ffmpeg::Rational) -> i64 {
     if tb.denominator() == 0 {
         return 0;
     }
-    let ns =
-        i128::from(ts) * i128::from(tb.numerator()) * 1_000_000_000 / i128::from(tb.denominator());
+    // Rounded to the nearest nanosecond (1/3 s is 333333333 ns, 2/3 s 666666667).
+    let num = i128::from(ts) * i128::from(tb.numerator()) * 1_000_000_000;
+    let den = i128::from(tb.denominator());
+    let ns = (2 * num + den.abs()).div_euclid(2 * den.abs()) * den.signum();
     ns.clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
 
@@ -800,6 +811,15 @@ mod tests {
             ..all
         };
         assert_eq!(picks(window, 30.0, 30), vec![3, 4, 5]);
+    }
+
+    #[test]
+    fn presentation_times_round_to_the_nanosecond() {
+        let tb = ffmpeg::Rational::new(1, 15360);
+        assert_eq!(to_ns(5120, tb), 333_333_333);
+        assert_eq!(to_ns(10240, tb), 666_666_667);
+        assert_eq!(to_ns(-5120, tb), -333_333_333);
+        assert_eq!(to_ns(3, ffmpeg::Rational::new(1001, 30000)), 100_100_000);
     }
 
     #[test]

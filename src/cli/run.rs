@@ -67,7 +67,8 @@ pub struct RunArgs {
     /// or trajectory, which come from it): inference's speed without the disk.
     #[arg(long)]
     pub no_recording: bool,
-    /// Write the bundled synthetic sample (PNGs, depth, ground truth) to this folder and exit.
+    /// Write the bundled synthetic sample (PNGs, depth, ground truth, and `room.mp4`: three
+    /// seconds of the room as a video) to this folder and exit.
     #[arg(long, value_name = "DIR")]
     pub write_sample: Option<PathBuf>,
 }
@@ -304,6 +305,16 @@ fn print_cameras() {
 fn write_sample(dir: &Path) -> anyhow::Result<()> {
     let scene = crate::capture::synthetic::sample_scene();
     scene.write_sample(dir, crate::capture::synthetic::SAMPLE_FRAMES)?;
+    let video = crate::capture::synthetic::write_sample_video(
+        &dir.join(crate::capture::synthetic::SAMPLE_VIDEO_FILE),
+    )?;
+    println!(
+        "wrote {} ({} frames, {}, {} KB)",
+        video.path.display(),
+        video.frames,
+        video.codec,
+        video.bytes / 1024
+    );
     Ok(())
 }
 
