@@ -162,6 +162,11 @@ fn encode(
      -> Result<(), ffmpeg::Error> {
         while encoder.receive_packet(&mut packet).is_ok() {
             packet.set_stream(stream_index);
+            // Every frame lasts one period: without it an MP4's edit list ends at the last
+            // frame's start and players drop that frame.
+            if packet.duration() == 0 {
+                packet.set_duration(1);
+            }
             packet.rescale_ts(time_base, stream_time_base);
             packet.write_interleaved(output)?;
         }
