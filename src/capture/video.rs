@@ -579,7 +579,7 @@ impl Decoder {
                 Pick::End => return Flow::Stop,
                 Pick::Take => {}
             }
-            let image = match self.to_rgb(&frame) {
+            let image = match self.convert_to_rgb(&frame) {
                 Ok(img) => rotate_quarter_turns(img, self.info.quarter_turns),
                 Err(e) => {
                     let _ = out.send(Decoded::Warning(format!(
@@ -626,7 +626,7 @@ impl Decoder {
         }
     }
 
-    fn to_rgb(&mut self, frame: &ffmpeg::frame::Video) -> Result<RgbImage, ffmpeg::Error> {
+    fn convert_to_rgb(&mut self, frame: &ffmpeg::frame::Video) -> Result<RgbImage, ffmpeg::Error> {
         use ffmpeg::software::scaling;
         let key = (frame.format(), frame.width(), frame.height());
         if self.scaler.as_ref().is_none_or(|(k, _)| *k != key) {
