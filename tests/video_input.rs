@@ -167,6 +167,21 @@ fn every_fps_start_and_duration_cut_by_presentation_time() {
         ..VideoCut::default()
     });
     assert_eq!(window, ["000010", "000011", "000012", "000013", "000014"]);
+    // A start past the end keeps nothing, and says so.
+    let mut late = VideoFile::open(
+        &path,
+        VideoCut {
+            start_s: 60.0,
+            ..VideoCut::default()
+        },
+    )
+    .unwrap();
+    assert!(drain(&mut late).is_empty());
+    let warnings = late.take_warnings();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("none of its 48 frames"),
+        "{warnings:?}"
+    );
 }
 
 #[test]

@@ -514,6 +514,14 @@ impl Decoder {
         if let Some(why) = self.short_of_container() {
             let _ = out.send(Decoded::Warning(self.damaged(&why)));
         }
+        if self.kept == 0 && self.decoded > 0 {
+            let _ = out.send(Decoded::Warning(format!(
+                "{}: none of its {} frames (up to {:.3} s) is inside --start/--duration",
+                self.path.display(),
+                self.decoded,
+                self.last_ns.unwrap_or(0) as f64 / 1e9
+            )));
+        }
     }
 
     /// Flushes the decoder after a read error: frames it holds are before the damage.
