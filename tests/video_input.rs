@@ -401,3 +401,66 @@ fn the_sample_video_is_the_synthetic_room() {
         );
     }
 }
+
+#[test]
+fn other_containers_and_codecs_decode_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, originals) = courthouse_video(dir.path(), "court.mp4");
+    let encoders = text(
+        &Command::new("ffmpeg")
+            .args(["-hide_banner", "-encoders"])
+            .output()
+            .expect("the ffmpeg command (scripts/system-deps.sh installs it)")
+            .stdout,
+    );
+    let cases: [(&str, &str, &[&str]); 4] = [
+        (
+            "h265.mkv",
+            "libx265",
+            &["-c:v", "libx265", "-x265-params", "log-level=error"],
+        ),
+        (
+            "vp9.webm",
+            "libvpx-vp9",
+            &[
+                "-c:v",
+                "libvpx-vp9",
+                "-deadline",
+                "realtime",
+                "-cpu-used",
+                "8",
+            ],
+        ),
+        (
+            "av1.mkv",
+            "libsvtav1",
+            &["-c:v", "libsvtav1", "-preset", "12"],
+        ),
+        ("mjpeg.mov", "mjpeg", &["-c:v", "mjpeg", "-q:v", "3"]),
+    ];
+    let mut decoded = 0;
+    for (name, encoder, codec) in cases {
+        if !encoders.contains(&format!(" {encoder} ")) {
+            eprintln!("{name}: this FFmpeg has no {encoder} encoder; not tried");
+            continue;
+        }
+        let path = dir.path().join(name);
+        let mut args = vec!["-i", source.to_str().unwrap()];
+        args.extend_from_slice(codec);
+        args.extend_from_slice(&["-pix_fmt", "yuv420p", path.to_str().unwrap()]);
+        if encoder == "mjpeg" {
+            args.retain(|a| *a != "yuv420p" && *a != "-pix_fmt");
+        }
+        ffmpeg_cli(&args);
+        let mut video = VideoFile::open(&path, VideoCut::default()).unwrap();
+        let frames = drain(&mut video);
+        assert_eq!(frames.len(), originals.len(), "{name}");
+        for (k, f) in frames.iter().enumerate() {
+            assert_eq!(f.origin.time.ns, k as i64 * 100_000_000, "{name} frame {k}");
+        }
+        let diff = mean_abs_diff(&frames[20].image, &originals[20]);
+        assert!(diff < 8.0, "{name}: {diff} levels off");
+        decoded += 1;
+    }
+    assert!(decoded >= 1, "no codec could be tried");
+}
