@@ -6,9 +6,9 @@
 //! ([`CorruptFilePolicy::Stop`]) turns the same case into an error naming the file.
 //!
 //! A frame's capture time comes from its file name when every name in the folder carries one
-//! (TUM style, `1305031102.175304.png`); otherwise from its position in the folder at `--fps`
-//! spacing, or the position itself in seconds. Positions count every file, so a skipped file
-//! shifts no later frame's time or name.
+//! (TUM style, `1305031102.175304.png`; the files then play in time order); otherwise from its
+//! position in the folder at `--fps` spacing, or the position itself in seconds. Positions
+//! count every file, so a skipped file shifts no later frame's time or name.
 
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
@@ -103,10 +103,18 @@ impl ImageFolder {
             return Err(CaptureError::EmptyFolder(dir.to_owned()));
         }
         files.sort_by(|a, b| natural_cmp(&file_name(a), &file_name(b)));
-        let name_times = files
+        let mut name_times = files
             .iter()
             .map(|f| time_from_file_name(&file_name(f)))
             .collect::<Option<Vec<i64>>>();
+        if let Some(times) = name_times.as_mut() {
+            // Names that carry times play in time order: natural order puts `1.99` before
+            // `1.175304`, whose time is earlier. The sort is stable, so equal times keep the
+            // natural order.
+            let mut timed: Vec<(i64, PathBuf)> = times.iter().copied().zip(files).collect();
+            timed.sort_by_key(|(t, _)| *t);
+            (*times, files) = timed.into_iter().unzip();
+        }
         Ok(ImageFolder {
             dir: dir.to_owned(),
             files,
@@ -398,6 +406,26 @@ fn composite_on_white(rgba: &image::RgbaImage) -> RgbImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_carry_times_play_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["1.5.png", "1.25.png", "0.75.png"] {
+            image::save_buffer(
+                dir.path().join(name),
+                &[0u8; 12],
+                2,
+                2,
+                image::ExtendedColorType::Rgb8,
+            )
+            .unwrap();
+        }
+        let folder = ImageFolder::open(dir.path(), CorruptFilePolicy::Skip).unwrap();
+        assert!(folder.times_from_names());
+        let names: Vec<String> = folder.files().iter().map(|p| file_name(p)).collect();
+        assert_eq!(names, ["0.75.png", "1.25.png", "1.5.png"]);
+        assert_eq!(folder.capture_time(2).ns, 1_500_000_000);
+    }
 
     #[test]
     fn natural_order() {
