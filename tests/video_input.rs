@@ -269,6 +269,28 @@ fn a_video_streams_through_run_headless() {
         .collect();
     assert_eq!(times, want);
     assert!(tum.contains("video presentation time"), "{tum}");
+
+    // Record → replay → export: the same names and times come back.
+    let out = streamrecon(&["replay", session.to_str().unwrap(), "--headless"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let replayed = text(&out.stdout);
+    for k in [0, 1, 17, n - 1] {
+        let line = format!("court.mp4#frame_{k:06} at {}", want[k]);
+        assert!(replayed.contains(&line), "{line}: {replayed}");
+    }
+    let exported = dir.path().join("exported.tum");
+    let colmap = dir.path().join("colmap");
+    let out = streamrecon(&[
+        "export",
+        session.to_str().unwrap(),
+        "--tum",
+        exported.to_str().unwrap(),
+        "--colmap",
+        colmap.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&exported).unwrap(), tum);
+    assert!(colmap.join("images/court.mp4_frame_000047.jpg").is_file());
 }
 
 #[test]
