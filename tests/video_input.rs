@@ -376,6 +376,19 @@ fn audio_only_and_unreadable_files_are_refused_by_name() {
         assert!(!out.status.success(), "view {name}");
         assert!(stderr.contains(name) && stderr.contains(says), "{stderr}");
     }
+    // Frames beyond the image limits are refused from the stream's header.
+    let (court, _) = courthouse_video(dir.path(), "court.mp4");
+    let out = tiny_run(
+        &court,
+        &dir.path().join("s-big"),
+        &["--max-image-megapixels", "0.1"],
+    );
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("court.mp4") && stderr.contains("--max-image-megapixels"),
+        "{stderr}"
+    );
     // Cutting flags are for videos; on another input they would do nothing, so they are refused.
     let out = tiny_run(
         Path::new(COURTHOUSE),

@@ -420,6 +420,13 @@ impl Decoder {
         if w == 0 || h == 0 {
             return Err(bad("the video stream declares no frame size".into()));
         }
+        // The limits a folder's images have: a frame size no machine here can hold is refused
+        // from the stream's header, before anything is decoded.
+        if let Some(why) = super::image_limits::decode_limits().refuse_size(w, h) {
+            return Err(bad(format!(
+                "a video frame: {why} (--max-image-megapixels raises the limit)"
+            )));
+        }
         let size = if quarter_turns % 2 == 1 {
             (h, w)
         } else {
