@@ -218,6 +218,11 @@ fn a_version_1_session_still_replays_and_exports() {
         colmap.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("version-1 session records no capture times"),
+        "{}",
+        text(&out.stdout)
+    );
     // As version-1 exports wrote them: seconds since the recording started, six decimals.
     assert_eq!(
         tum_times(&tum),
