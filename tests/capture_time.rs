@@ -256,3 +256,45 @@ fn version_2_sessions_keep_every_origin_field() {
         assert_eq!(back.origin, r.origin);
     }
 }
+
+#[test]
+fn a_damaged_origin_record_costs_the_frame_its_origin_only() {
+    use streamrecon::record::format::{self, RecordKind};
+    let mut writer = SessionWriter::new(Vec::new(), "mem.srec", &serde_json::json!({})).unwrap();
+    for i in 0..3 {
+        writer
+            .write_frame(&sample_result(i, 16, 12, 4), 0.25 * i as f64)
+            .unwrap();
+    }
+    let (mut bytes, _) = writer.close().unwrap();
+    // Frame 1's origin gets a time base no build knows, with a checksum that matches it.
+    let (_, _, mut pos) = format::decode_header(&bytes).unwrap();
+    loop {
+        let rec = format::record_at(&bytes, pos).unwrap();
+        let payload = bytes[rec.payload_start..rec.payload_end].to_vec();
+        if rec.kind == RecordKind::Origin as u16
+            && streamrecon::record::codec::frame_of(&payload) == Some(1)
+        {
+            let mut edited = payload;
+            edited[16] = 99;
+            let encoded = format::encode_record(RecordKind::Origin, &edited);
+            bytes[rec.offset..rec.payload_end].copy_from_slice(&encoded);
+            break;
+        }
+        pos = rec.payload_end;
+    }
+    let reader = SessionReader::from_bytes("mem.srec", bytes).unwrap();
+    assert_eq!(reader.frames().len(), 3, "every frame is kept");
+    let issues = reader.issues();
+    assert_eq!(issues.len(), 1, "{issues:?}");
+    assert!(
+        issues[0].what.contains("frame 1's origin record") && issues[0].what.contains("99"),
+        "{issues:?}"
+    );
+    let frames = reader.frames();
+    assert!(frames[0].origin_recorded && frames[2].origin_recorded);
+    assert!(!frames[1].origin_recorded);
+    assert_eq!(frames[1].origin.name, "frame_000001");
+    assert_eq!(frames[1].origin.time.base, TimeBase::Recording);
+    assert_eq!(frames[1].origin.time.seconds_text(), "0.250000");
+}
