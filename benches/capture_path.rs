@@ -2,7 +2,8 @@
 //! GPU before the product-path work (decode + the CPU bicubic preprocessing, one frame at a time)
 //! against what it does now (decode on a pool, the size check only: the resize runs on the GPU),
 //! on 1280×720 JPEGs (a webcam's size) made here from the synthetic room; and the synthetic room
-//! rendered on one thread against the pool. A bench: it times and prints, asserting nothing.
+//! rendered on one thread against the pool; and a 720p H.264 video of the room on its decode
+//! thread. A bench: it times and prints, asserting nothing.
 //! Run with `cargo bench --bench capture_path`.
 
 use std::path::Path;
@@ -13,7 +14,8 @@ use image::ImageEncoder;
 use streamrecon::capture::decode_pool::default_workers;
 use streamrecon::capture::folder::decode_rgb8;
 use streamrecon::capture::{
-    CorruptFilePolicy, ImageFolder, Source, SyntheticScene, SyntheticSource,
+    CorruptFilePolicy, ImageFolder, Source, SyntheticScene, SyntheticSource, VideoCut, VideoFile,
+    write_video,
 };
 use streamrecon::model::preprocess::{PreprocessConfig, preprocess_rgb8, target_size};
 
@@ -101,6 +103,16 @@ fn throughput(c: &mut Criterion) {
             })
         });
     }
+    let video = dir.path().join("room-720p.mp4");
+    let scene = webcam_scene(FILES);
+    write_video(&video, 30, (0..FILES).map(|i| scene.render(i).image)).expect("video");
+    g.bench_function("H.264 video 1280x720, its decode thread", |b| {
+        b.iter(|| {
+            drain(Box::new(
+                VideoFile::open(&video, VideoCut::default()).expect("video"),
+            ))
+        })
+    });
     for &w in &counts {
         g.bench_function(format!("synthetic room 640x480, {w} render threads"), |b| {
             b.iter(|| {

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs the system packages streamrecon needs to build on Debian/Ubuntu:
-# a C toolchain, libclang (nokhwa's V4L2 bindings are generated with bindgen), pkg-config,
-# and the X11/Vulkan pieces the viewer loads at run time.
+# a C toolchain, libclang (nokhwa's V4L2 and ffmpeg-sys-next's FFmpeg bindings are generated
+# with bindgen), pkg-config, FFmpeg's development libraries (video input; Debian 12: 5.1) and its
+# command-line tool (tests write rotation metadata and audio-only files with it), and the
+# X11/Vulkan pieces the viewer loads at run time.
 set -euo pipefail
 packages=(build-essential pkg-config libclang-dev curl ca-certificates python3 python3-venv
-          libx11-dev libxkbcommon-dev libvulkan1 mesa-vulkan-drivers)
+          libx11-dev libxkbcommon-dev libvulkan1 mesa-vulkan-drivers
+          libavcodec-dev libavformat-dev libavutil-dev libswscale-dev ffmpeg)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

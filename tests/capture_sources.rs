@@ -26,7 +26,7 @@ fn copy_frames(dir: &Path, names: &[(&str, &str)]) {
 fn drain(source: &mut dyn Source) -> Vec<(u64, String)> {
     let mut out = Vec::new();
     while let Some(f) = source.next_frame().unwrap() {
-        out.push((f.index, f.label.unwrap_or_default()));
+        out.push((f.index, f.origin.name));
     }
     out
 }

@@ -128,7 +128,14 @@ fn tum_trajectory_is_camera_to_world() {
     assert_eq!(rows.len(), 5);
     for (i, (row, r)) in rows.iter().zip(&results).enumerate() {
         assert_eq!(row.len(), 8);
-        assert!((row[0] - 0.25 * i as f64).abs() < 1e-6);
+        // The frame's capture time, digit for digit (not when it was recorded).
+        let stamp = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .nth(i)
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap();
+        assert_eq!(stamp, r.origin.time.seconds_text(), "frame {i}");
         let t = Vec3::new(row[1] as f32, row[2] as f32, row[3] as f32);
         let q = Quat::from_xyzw(row[4] as f32, row[5] as f32, row[6] as f32, row[7] as f32);
         assert!((q.length() - 1.0).abs() < 1e-5);
@@ -290,6 +297,23 @@ fn glb_reads_back_with_the_gltf_crate() {
         }
     }
     assert_eq!(saw, (true, true));
+    // The cameras mesh names each frustum's frame, source and capture time (the JSON chunk
+    // follows the 12-byte GLB header and the chunk's own 8 bytes).
+    let json_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes[20..20 + json_len]).unwrap();
+    let cameras = doc["meshes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "cameras")
+        .unwrap();
+    let frames = cameras["extras"]["frames"].as_array().unwrap();
+    assert_eq!(frames.len(), results.len());
+    for (f, r) in frames.iter().zip(&results) {
+        assert_eq!(f["frame"], r.frame);
+        assert_eq!(f["source"], r.origin.name.as_str());
+        assert_eq!(f["capture_time"], r.origin.time.seconds_text());
+    }
     // An empty session is still a valid file.
     let mut w = SessionWriter::new(Vec::new(), "e", &serde_json::json!({})).unwrap();
     w.flush().unwrap();

@@ -50,6 +50,10 @@ fn build(frames: u64, w: u32, h: u32, points: usize, close: bool) -> Built {
 fn assert_same_frame(got: &FrameResult, want: &FrameResult) {
     assert_eq!(got.frame, want.frame);
     assert_eq!(got.frame_type, want.frame_type);
+    assert_eq!(
+        got.origin, want.origin,
+        "capture time, source name, size as captured"
+    );
     assert_eq!(got.world_from_camera, want.world_from_camera);
     assert_eq!(got.camera_from_world, want.camera_from_world);
     assert_eq!(got.intrinsics, want.intrinsics);

@@ -4,16 +4,22 @@
 //! A file that cannot be decoded is skipped with a warning naming it (see
 //! [`CorruptFilePolicy`]); a long sequence is worth more than one broken frame. `--strict`
 //! ([`CorruptFilePolicy::Stop`]) turns the same case into an error naming the file.
+//!
+//! A frame's capture time comes from its file name when every name in the folder carries one
+//! (TUM style, `1305031102.175304.png`; the files then play in time order); otherwise from its
+//! position in the folder at `--fps` spacing, or the position itself in seconds. Positions
+//! count every file, so a skipped file shifts no later frame's time or name.
 
 use std::cmp::Ordering;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::decode_pool::{OrderedPool, default_workers};
 use super::error::CaptureError;
 use super::image_limits::{DecodeLimits, decode_limits, jpeg_is_complete};
+use super::timestamps::{nominal_time, time_from_file_name};
 use super::{CapturedFrame, Source, ms_since};
-use crate::frame::RgbImage;
+use crate::frame::{CaptureTime, FrameOrigin, RgbImage, TimeBase};
 
 /// What a file that does not decode does to the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,22 +41,26 @@ pub struct ImageFolder {
     skipped: Vec<PathBuf>,
     /// Files that did not decode since the last [`Source::take_skipped`].
     newly_skipped: u64,
-    /// Nominal frame spacing for timestamps (files carry no capture time).
-    frame_period: Duration,
+    /// Each file's time from its name, when every name carries one.
+    name_times: Option<Vec<i64>>,
+    /// `--fps`: the spacing of nominal times when the names carry none.
+    fps: Option<f64>,
     /// Started at the first frame (opening a folder spawns nothing).
-    pool: Option<OrderedPool<PathBuf, FileOutcome>>,
+    pool: Option<OrderedPool<(usize, PathBuf), FileOutcome>>,
     workers: usize,
 }
 
 /// One file as a worker read and decoded it.
 struct FileOutcome {
+    /// The file's position in the folder's order.
+    position: usize,
     path: PathBuf,
     image: Result<RgbImage, CaptureError>,
     read_ms: f64,
     decode_ms: f64,
 }
 
-fn read_and_decode(path: PathBuf) -> FileOutcome {
+fn read_and_decode((position, path): (usize, PathBuf)) -> FileOutcome {
     let clock = Instant::now();
     let bytes = std::fs::read(&path);
     let read_ms = ms_since(clock);
@@ -64,6 +74,7 @@ fn read_and_decode(path: PathBuf) -> FileOutcome {
         }),
     };
     FileOutcome {
+        position,
         path,
         image,
         read_ms,
@@ -92,6 +103,18 @@ impl ImageFolder {
             return Err(CaptureError::EmptyFolder(dir.to_owned()));
         }
         files.sort_by(|a, b| natural_cmp(&file_name(a), &file_name(b)));
+        let mut name_times = files
+            .iter()
+            .map(|f| time_from_file_name(&file_name(f)))
+            .collect::<Option<Vec<i64>>>();
+        if let Some(times) = name_times.as_mut() {
+            // Names that carry times play in time order: natural order puts `1.99` before
+            // `1.175304`, whose time is earlier. The sort is stable, so equal times keep the
+            // natural order.
+            let mut timed: Vec<(i64, PathBuf)> = times.iter().copied().zip(files).collect();
+            timed.sort_by_key(|(t, _)| *t);
+            (*times, files) = timed.into_iter().unzip();
+        }
         Ok(ImageFolder {
             dir: dir.to_owned(),
             files,
@@ -101,10 +124,30 @@ impl ImageFolder {
             warnings: Vec::new(),
             skipped: Vec::new(),
             newly_skipped: 0,
-            frame_period: Duration::from_millis(100),
+            name_times,
+            fps: None,
             pool: None,
             workers: default_workers(),
         })
+    }
+
+    /// Space frames `1 / fps` seconds apart when the file names carry no times (default: one
+    /// second, the position as the time).
+    pub fn with_frame_rate(mut self, fps: Option<f64>) -> Self {
+        self.fps = fps;
+        self
+    }
+
+    /// Whether the frames' times come from their file names.
+    pub fn times_from_names(&self) -> bool {
+        self.name_times.is_some()
+    }
+
+    fn capture_time(&self, position: usize) -> CaptureTime {
+        match &self.name_times {
+            Some(times) => CaptureTime::new(times[position], TimeBase::FileName),
+            None => nominal_time(position as u64, self.fps),
+        }
     }
 
     /// Decode on this many worker threads (default: [`default_workers`]).
@@ -127,7 +170,7 @@ impl ImageFolder {
         pool.fill(|| {
             let path = files.get(*next_file)?.clone();
             *next_file += 1;
-            Some(path)
+            Some((*next_file - 1, path))
         })
         .map_err(|e| CaptureError::Worker(e.to_string()))
     }
@@ -225,16 +268,18 @@ impl Source for ImageFolder {
             };
             let index = self.next_index;
             self.next_index += 1;
+            let origin = FrameOrigin {
+                name: file_name(&done.path),
+                time: self.capture_time(done.position),
+                original_size: Some((image.width, image.height)),
+            };
             return Ok(Some(CapturedFrame {
                 index,
                 image,
-                timestamp: self
-                    .frame_period
-                    .saturating_mul(index.min(u32::MAX as u64) as u32),
+                origin,
                 captured_at: Instant::now(),
                 capture_ms: done.read_ms,
                 decode_ms: done.decode_ms,
-                label: Some(file_name(&done.path)),
             }));
         }
     }
@@ -245,9 +290,14 @@ impl Source for ImageFolder {
 
     fn describe(&self) -> String {
         format!(
-            "folder {} ({} images)",
+            "folder {} ({} images, {})",
             self.dir.display(),
-            self.files.len()
+            self.files.len(),
+            match (&self.name_times, self.fps) {
+                (Some(_), _) => "capture times from the file names".to_owned(),
+                (None, Some(fps)) => format!("times at {fps} fps"),
+                (None, None) => "times: the file's position in seconds".to_owned(),
+            }
         )
     }
 
@@ -356,6 +406,26 @@ fn composite_on_white(rgba: &image::RgbaImage) -> RgbImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_carry_times_play_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["1.5.png", "1.25.png", "0.75.png"] {
+            image::save_buffer(
+                dir.path().join(name),
+                &[0u8; 12],
+                2,
+                2,
+                image::ExtendedColorType::Rgb8,
+            )
+            .unwrap();
+        }
+        let folder = ImageFolder::open(dir.path(), CorruptFilePolicy::Skip).unwrap();
+        assert!(folder.times_from_names());
+        let names: Vec<String> = folder.files().iter().map(|p| file_name(p)).collect();
+        assert_eq!(names, ["0.75.png", "1.25.png", "1.5.png"]);
+        assert_eq!(folder.capture_time(2).ns, 1_500_000_000);
+    }
 
     #[test]
     fn natural_order() {

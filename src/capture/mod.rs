@@ -1,9 +1,11 @@
-//! Where frames come from: a webcam (nokhwa), an image folder, or the synthetic room.
+//! Where frames come from: a webcam (nokhwa), a video file (FFmpeg), an image folder, or the
+//! synthetic room.
 //!
-//! Every source yields packed 8-bit RGB with a capture time and an index, decoded off the
-//! inference thread: a camera's frames on the thread that calls [`Source::next_frame`] (the
-//! pipeline's capture thread), files and the synthetic room on a small ordered pool of workers
-//! ahead of it ([`decode_pool`]). [`Paced`] turns any source into a live one at a fixed frame
+//! Every source yields packed 8-bit RGB with its origin (capture time, source name, size as
+//! captured; see [`timestamps`]) and an index, decoded off the inference thread: a camera's
+//! frames on a thread of its own, a video's on its decode thread ([`video`]), files and the
+//! synthetic room on a small ordered pool of workers ahead of the capture thread
+//! ([`decode_pool`]). [`Paced`] turns any source into a live one at a fixed frame
 //! rate. See docs/pipeline.md.
 
 pub mod decode_pool;
@@ -14,11 +16,14 @@ pub mod open;
 pub mod paced;
 pub mod spec;
 pub mod synthetic;
+pub mod timestamps;
+pub mod video;
+pub mod video_writer;
 pub mod webcam;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::frame::RgbImage;
+use crate::frame::{FrameOrigin, RgbImage};
 
 pub use error::CaptureError;
 pub use folder::{CorruptFilePolicy, ImageFolder, decode_bytes, decode_bytes_limited};
@@ -27,6 +32,8 @@ pub use open::{SourceOptions, SyntheticPlay, open_source};
 pub use paced::{Paced, Pacer};
 pub use spec::InputSpec;
 pub use synthetic::{SyntheticScene, SyntheticSource, SyntheticView};
+pub use video::{VideoCut, VideoFile};
+pub use video_writer::{VideoWritten, write_video};
 pub use webcam::{CameraRequest, CameraSelector, Webcam, list_cameras};
 
 /// One frame as a source produced it.
@@ -36,17 +43,14 @@ pub struct CapturedFrame {
     /// take no index); cameras count every frame they delivered.
     pub index: u64,
     pub image: RgbImage,
-    /// When the frame was captured (the driver's timestamp where there is one), relative to
-    /// the source's start.
-    pub timestamp: Duration,
+    /// When it was captured, what it is called, its size as captured.
+    pub origin: FrameOrigin,
     /// When the source handed the frame over (for hand-off timings).
     pub captured_at: Instant,
     /// Time spent waiting for and reading the frame (device wait, file read).
     pub capture_ms: f64,
     /// Time spent decoding it to RGB8 (MJPEG/YUYV, PNG/JPEG).
     pub decode_ms: f64,
-    /// A name for messages: the file name, or `None` for cameras.
-    pub label: Option<String>,
 }
 
 /// A stream of frames.

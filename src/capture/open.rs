@@ -1,9 +1,10 @@
 //! One way from an [`InputSpec`] to a running [`Source`], for every front end: what is asked of
-//! a camera, how the synthetic room runs, what a folder does with a file that does not decode.
+//! a camera, how the synthetic room runs, what a folder does with a file that does not decode,
+//! which frames of a video are used.
 
 use super::{
     CameraRequest, CaptureError, CorruptFilePolicy, ImageFolder, InputSpec, Source, SyntheticScene,
-    SyntheticSource, Webcam, paced::Paced,
+    SyntheticSource, VideoCut, VideoFile, Webcam, paced::Paced,
 };
 
 /// How the synthetic room plays.
@@ -23,8 +24,13 @@ pub enum SyntheticPlay {
 pub struct SourceOptions {
     /// Camera resolution request (`None`: the camera's own).
     pub resolution: Option<(u32, u32)>,
-    /// Camera frame-rate request (`None`: the camera's own).
-    pub fps: Option<u32>,
+    /// `--fps`: a camera's frame-rate request (rounded; `None`: the camera's own), a video's
+    /// most frames per second of video time, a folder's frame spacing when its file names
+    /// carry no times.
+    pub fps: Option<f64>,
+    /// Which frames of a video are used (`--every`, `--start`, `--duration`; its `fps` is
+    /// taken from `fps` above).
+    pub video: VideoCut,
     pub synthetic: SyntheticPlay,
     pub corrupt_files: CorruptFilePolicy,
     /// Deliver a folder or the synthetic room at this frame rate, as a live source (a camera
@@ -37,11 +43,12 @@ pub fn open_source(
     spec: &InputSpec,
     options: &SourceOptions,
 ) -> Result<Box<dyn Source>, CaptureError> {
+    refuse_video_cut_elsewhere(spec, &options.video)?;
     Ok(match spec {
         InputSpec::Webcam(selector) => Box::new(Webcam::open(&CameraRequest {
             selector: selector.clone(),
             resolution: options.resolution,
-            fps: options.fps,
+            fps: options.fps.map(|f| f.round().max(1.0) as u32),
         })?),
         InputSpec::Synthetic => match paced_synthetic(options) {
             SyntheticPlay::Live { fps } => Box::new(SyntheticSource::live(
@@ -63,13 +70,54 @@ pub fn open_source(
                 fps,
             )),
         },
+        InputSpec::Video(path) => {
+            let video = Box::new(VideoFile::open(
+                path,
+                VideoCut {
+                    fps: options.fps,
+                    ..options.video
+                },
+            )?);
+            match options.pace {
+                Some(fps) => Box::new(Paced::new(video, fps)),
+                None => video,
+            }
+        }
         InputSpec::Folder(dir) => {
-            let folder = Box::new(ImageFolder::open(dir, options.corrupt_files)?);
+            let folder = Box::new(
+                ImageFolder::open(dir, options.corrupt_files)?.with_frame_rate(options.fps),
+            );
             match options.pace {
                 Some(fps) => Box::new(Paced::new(folder, fps)),
                 None => folder,
             }
         }
+    })
+}
+
+/// `--every`, `--start` and `--duration` cut a video; given with another input they would be
+/// silently ignored, so they are refused.
+fn refuse_video_cut_elsewhere(spec: &InputSpec, cut: &VideoCut) -> Result<(), CaptureError> {
+    if matches!(spec, InputSpec::Video(_)) {
+        return Ok(());
+    }
+    let given: Vec<&str> = [
+        (cut.every != 1, "--every"),
+        (cut.start_s != 0.0, "--start"),
+        (cut.duration_s.is_some(), "--duration"),
+    ]
+    .into_iter()
+    .filter_map(|(set, flag)| set.then_some(flag))
+    .collect();
+    if given.is_empty() {
+        return Ok(());
+    }
+    Err(CaptureError::BadInput {
+        input: spec.to_string(),
+        reason: format!(
+            "{} cut a video file; this input is not one",
+            given.join(", ")
+        ),
     })
 }
 
@@ -93,6 +141,7 @@ mod tests {
         SourceOptions {
             resolution: None,
             fps: None,
+            video: VideoCut::default(),
             synthetic,
             corrupt_files: CorruptFilePolicy::Skip,
             pace: None,

@@ -75,7 +75,9 @@ impl Source for Paced {
             return Ok(None);
         };
         let clock = Instant::now();
-        frame.timestamp = self.pacer.wait();
+        // The frame keeps its own capture time (a file name's, a video's): pacing changes when
+        // it arrives, not when it was taken.
+        self.pacer.wait();
         // Waiting for the frame's time is the camera's exposure, not work: it counts as capture.
         frame.capture_ms += clock.elapsed().as_secs_f64() * 1e3;
         frame.captured_at = Instant::now();

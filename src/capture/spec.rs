@@ -1,4 +1,6 @@
-//! The `--input` argument: `webcam:N`, `webcam:NAME`, `synthetic` or a folder path.
+//! The `--input` argument: `webcam:N`, `webcam:NAME`, `synthetic`, a video file or a folder.
+//! A path is a video when it is a file, or, when nothing is there, when its extension is a
+//! video's (so a mistyped `clip.mp4` is reported as a missing video, not a missing folder).
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -10,6 +12,7 @@ use super::webcam::CameraSelector;
 pub enum InputSpec {
     Webcam(CameraSelector),
     Synthetic,
+    Video(PathBuf),
     Folder(PathBuf),
 }
 
@@ -39,7 +42,16 @@ impl FromStr for InputSpec {
         if s == "webcam" {
             return Ok(InputSpec::Webcam(CameraSelector::Index(0)));
         }
-        Ok(InputSpec::Folder(PathBuf::from(s)))
+        let path = PathBuf::from(s);
+        let is_video = match std::fs::metadata(&path) {
+            Ok(meta) => meta.is_file(),
+            Err(_) => super::video::has_video_extension(&path),
+        };
+        Ok(if is_video {
+            InputSpec::Video(path)
+        } else {
+            InputSpec::Folder(path)
+        })
     }
 }
 
@@ -48,7 +60,7 @@ impl std::fmt::Display for InputSpec {
         match self {
             InputSpec::Webcam(sel) => write!(f, "webcam:{sel}"),
             InputSpec::Synthetic => f.write_str("synthetic"),
-            InputSpec::Folder(p) => write!(f, "{}", p.display()),
+            InputSpec::Video(p) | InputSpec::Folder(p) => write!(f, "{}", p.display()),
         }
     }
 }
@@ -74,6 +86,18 @@ mod tests {
         assert_eq!(
             "some/dir".parse::<InputSpec>().unwrap(),
             InputSpec::Folder("some/dir".into())
+        );
+        assert_eq!(
+            "no/such/clip.MP4".parse::<InputSpec>().unwrap(),
+            InputSpec::Video("no/such/clip.MP4".into())
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("recording.bin");
+        std::fs::write(&file, b"x").unwrap();
+        assert_eq!(
+            file.to_str().unwrap().parse::<InputSpec>().unwrap(),
+            InputSpec::Video(file.clone()),
+            "any file is tried as a video"
         );
         assert!("webcam:".parse::<InputSpec>().is_err());
     }

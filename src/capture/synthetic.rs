@@ -16,8 +16,12 @@ use glam::{Mat3, Mat4, Vec3};
 use super::decode_pool::{OrderedPool, default_workers};
 use super::error::CaptureError;
 use super::paced::Pacer;
+use super::timestamps::nominal_time;
 use super::{CapturedFrame, Source, ms_since};
-use crate::frame::{Intrinsics, RgbImage};
+use crate::frame::{FrameOrigin, Intrinsics, RgbImage};
+
+/// The rate of the room's clock when it is not paced: a camera's usual 30 fps.
+pub const NOMINAL_FPS: f64 = 30.0;
 
 /// Half extents of the room in metres: it spans `[-x, x] × [-y, y] × [-z, z]`.
 pub const ROOM_HALF_EXTENTS: Vec3 = Vec3::new(3.0, 1.5, 4.0);
@@ -55,6 +59,31 @@ pub fn sample_scene() -> SyntheticScene {
         frames: Some(SAMPLE_FRAMES),
         ..SyntheticScene::default()
     }
+}
+
+/// The bundled sample's video: the room at 320×240, three seconds at 30 fps.
+pub const SAMPLE_VIDEO_FPS: u32 = 30;
+pub const SAMPLE_VIDEO_FILE: &str = "room.mp4";
+
+pub fn sample_video_scene() -> SyntheticScene {
+    SyntheticScene {
+        width: 320,
+        height: 240,
+        frames: Some(90),
+        ..SyntheticScene::default()
+    }
+}
+
+/// Renders [`sample_video_scene`] into a video at `path` (the sample's `room.mp4`): made by the
+/// program rather than kept in the repository, so it is always the generator's own output.
+pub fn write_sample_video(path: &Path) -> Result<super::VideoWritten, CaptureError> {
+    let scene = sample_video_scene();
+    let frames = scene.frames.unwrap_or(0);
+    super::write_video(
+        path,
+        SAMPLE_VIDEO_FPS,
+        (0..frames).map(|i| scene.render(i).image),
+    )
 }
 
 /// One rendered frame and its ground truth.
@@ -279,7 +308,6 @@ pub struct SyntheticSource {
     next_render: u64,
     next: u64,
     pacer: Option<Pacer>,
-    start: Instant,
     /// Started at the first frame.
     pool: Option<OrderedPool<u64, Rendered>>,
     workers: usize,
@@ -299,7 +327,6 @@ impl SyntheticSource {
             next_render: 0,
             next: 0,
             pacer: None,
-            start: Instant::now(),
             pool: None,
             workers: default_workers(),
         }
@@ -369,20 +396,29 @@ impl Source for SyntheticSource {
             return Ok(None);
         };
         let rendered = next.map_err(|e| CaptureError::Worker(e.to_string()))?;
-        let timestamp = match self.pacer.as_mut() {
-            Some(pacer) => pacer.wait(),
-            None => self.start.elapsed(),
+        // The room's clock: frame k is k / fps into the stream, paced or not, so two runs
+        // give the same times.
+        let fps = match self.pacer.as_mut() {
+            Some(pacer) => {
+                pacer.wait();
+                pacer.fps()
+            }
+            None => NOMINAL_FPS,
         };
         self.next += 1;
+        let origin = FrameOrigin {
+            name: format!("synthetic#frame_{:06}", rendered.index),
+            time: nominal_time(rendered.index, Some(fps)),
+            original_size: Some((rendered.image.width, rendered.image.height)),
+        };
         Ok(Some(CapturedFrame {
             index: rendered.index,
             image: rendered.image,
-            timestamp,
+            origin,
             captured_at: Instant::now(),
             // Waiting for the frame (its render, its time on a live clock), less the render.
             capture_ms: (ms_since(clock) - rendered.render_ms).max(0.0),
             decode_ms: rendered.render_ms,
-            label: None,
         }))
     }
 

@@ -1,6 +1,10 @@
 //! Webcams through nokhwa (V4L2 on Linux, AVFoundation, Media Foundation). Frames arrive as
 //! MJPEG or YUYV and are decoded to RGB8 here, on the capture thread.
 //!
+//! A frame's capture time is the driver's timestamp when it gives one in Unix time (V4L2's,
+//! which nokhwa maps from the monotonic clock), else the monotonic clock read when the frame
+//! was dequeued, mapped to Unix time once when the camera opened ([`UnixClock`]).
+//!
 //! nokhwa is called inside `catch_unwind`: a backend that panics (missing device nodes,
 //! driver quirks) becomes a [`CaptureError`], never a crash of the program.
 
@@ -17,8 +21,9 @@ use nokhwa::utils::{
 };
 
 use super::error::CaptureError;
+use super::timestamps::{UnixClock, driver_unix_time};
 use super::{CapturedFrame, Source, ms_since};
-use crate::frame::RgbImage;
+use crate::frame::{FrameOrigin, RgbImage};
 
 /// Which camera: its index as the backend numbers them, or (part of) its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,7 +206,7 @@ struct CameraReader {
     device: String,
     format: CameraFormat,
     next_index: u64,
-    start: Instant,
+    clock: UnixClock,
 }
 
 impl CameraReader {
@@ -242,7 +247,7 @@ impl CameraReader {
                         device,
                         format,
                         next_index: 0,
-                        start: Instant::now(),
+                        clock: UnixClock::start(),
                     });
                 }
                 Err(reason) => last_reason = reason.to_string(),
@@ -287,6 +292,7 @@ impl CameraReader {
             device: self.device.clone(),
             reason: reason.to_string(),
         })?;
+        let dequeued = self.clock.now();
         let capture_ms = ms_since(clock);
         let clock = Instant::now();
         let decoded = guarded(|| buffer.decode_image::<RgbFormat>()).map_err(|reason| {
@@ -305,19 +311,21 @@ impl CameraReader {
             data: decoded.into_raw(),
         };
         let decode_ms = ms_since(clock);
-        let timestamp = buffer
-            .capture_timestamp()
-            .unwrap_or_else(|| self.start.elapsed());
+        let time = driver_unix_time(buffer.capture_timestamp()).unwrap_or(dequeued);
         let index = self.next_index;
         self.next_index += 1;
+        let origin = FrameOrigin {
+            name: format!("{}#frame_{index:06}", self.device),
+            time,
+            original_size: Some((image.width, image.height)),
+        };
         Ok(CapturedFrame {
             index,
             image,
-            timestamp,
+            origin,
             captured_at: Instant::now(),
             capture_ms,
             decode_ms,
-            label: None,
         })
     }
 }

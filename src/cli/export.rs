@@ -107,10 +107,17 @@ pub fn run(args: ExportArgs) -> anyhow::Result<()> {
     }
     let reader = open_session(&args.session)?;
     println!(
-        "session: {} ({} frames)",
+        "session: {} ({} frames, format version {})",
         reader.path().display(),
-        reader.frames().len()
+        reader.frames().len(),
+        reader.version()
     );
+    if reader.version() < 2 {
+        println!(
+            "note:    a version-1 session records no capture times or source names: the TUM \
+             times are seconds since its recording started, images are named frame_NNNNNN"
+        );
+    }
     let needs_cloud = args.ply.is_some() || args.colmap.is_some() || args.glb.is_some();
     let cloud = if needs_cloud {
         gather_cloud(

@@ -129,14 +129,17 @@ fn headless(mut player: Player) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One frame in a line: what it was, where the camera was, what the cache did, how long it took.
+/// One frame in a line: what it was (its index, source and capture time), where the camera was,
+/// what the cache did, how long it took.
 pub fn summary_line(r: &FrameResult) -> String {
     let s = &r.cache.stats;
     let p = r.camera_position();
     let count = |f: fn(&CacheEvent) -> bool| r.cache.events.iter().filter(|e| f(e)).count();
     format!(
-        "frame {:>6} {:<12} camera [{:>8.3} {:>8.3} {:>8.3}] points {:>7} | cache {}/{} pages, {} committed, +{} appended -{} evicted | {:.1} ms",
+        "frame {:>6} {} at {} {:<12} camera [{:>8.3} {:>8.3} {:>8.3}] points {:>7} | cache {}/{} pages, {} committed, +{} appended -{} evicted | {:.1} ms",
         r.frame,
+        r.origin.name,
+        r.origin.time.seconds_text(),
         format!("{:?}", r.frame_type),
         p.x,
         p.y,

@@ -27,7 +27,8 @@ pub struct RunArgs {
     /// Run without a window (the only mode of `run` for now; the viewer is `streamrecon view`).
     #[arg(long)]
     pub headless: bool,
-    /// `webcam:N`, `webcam:NAME`, `synthetic` or an image folder. Default: webcam:0 when a
+    /// `webcam:N`, `webcam:NAME`, `synthetic`, a video file (`clip.mp4`: any container and
+    /// codec the system's FFmpeg decodes) or an image folder. Default: webcam:0 when a
     /// camera exists, else the synthetic room.
     #[arg(long)]
     pub input: Option<String>,
@@ -66,7 +67,8 @@ pub struct RunArgs {
     /// or trajectory, which come from it): inference's speed without the disk.
     #[arg(long)]
     pub no_recording: bool,
-    /// Write the bundled synthetic sample (PNGs, depth, ground truth) to this folder and exit.
+    /// Write the bundled synthetic sample (PNGs, depth, ground truth, and `room.mp4`: three
+    /// seconds of the room as a video) to this folder and exit.
     #[arg(long, value_name = "DIR")]
     pub write_sample: Option<PathBuf>,
 }
@@ -92,7 +94,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let input = match args.input.as_deref() {
         Some("demo") => bail!(
             "--input demo is the viewer's simulated stream (`streamrecon view --input demo`); \
-             `run` takes webcam:N, webcam:NAME, synthetic or an image folder"
+             `run` takes webcam:N, webcam:NAME, synthetic, a video file or an image folder"
         ),
         Some(s) => s.parse::<InputSpec>()?,
         None => super::stream_args::default_input(),
@@ -303,6 +305,16 @@ fn print_cameras() {
 fn write_sample(dir: &Path) -> anyhow::Result<()> {
     let scene = crate::capture::synthetic::sample_scene();
     scene.write_sample(dir, crate::capture::synthetic::SAMPLE_FRAMES)?;
+    let video = crate::capture::synthetic::write_sample_video(
+        &dir.join(crate::capture::synthetic::SAMPLE_VIDEO_FILE),
+    )?;
+    println!(
+        "wrote {} ({} frames, {}, {} KB)",
+        video.path.display(),
+        video.frames,
+        video.codec,
+        video.bytes / 1024
+    );
     Ok(())
 }
 

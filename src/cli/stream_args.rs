@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use crate::attention::AttentionLayout;
 use crate::capture::{
     CameraSelector, CorruptFilePolicy, DecodeLimits, InputSpec, Source, SourceOptions,
-    SyntheticPlay, list_cameras, open_source,
+    SyntheticPlay, VideoCut, list_cameras, open_source,
 };
 use crate::pipeline::keyframe::TRAINED_VIEWS;
 use crate::pipeline::{
@@ -158,9 +158,20 @@ pub struct CameraArgs {
     /// Camera resolution request, `WIDTHxHEIGHT` (default: the camera's own).
     #[arg(long)]
     pub resolution: Option<String>,
-    /// Camera frame-rate request (default: the camera's own).
+    /// Frames per second: a camera's frame-rate request (default: the camera's own); for a
+    /// video, use at most this many frames per second of video time; for a folder whose file
+    /// names carry no times, the spacing of the frames' times (default: one second apart).
     #[arg(long, allow_negative_numbers = true)]
-    pub fps: Option<u32>,
+    pub fps: Option<f64>,
+    /// Video: use every N-th frame (after --fps).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub every: Option<u64>,
+    /// Video: start this many seconds into the video (its presentation time).
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub start: Option<f64>,
+    /// Video: use this many seconds of it from --start.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub duration: Option<f64>,
     /// Folder images above this many megapixels are refused from their header, before any
     /// memory is taken for them (skipped with a warning naming the file; an error with
     /// --strict). Default 64.
@@ -181,8 +192,23 @@ impl CameraArgs {
         synthetic: SyntheticPlay,
         corrupt_files: CorruptFilePolicy,
     ) -> anyhow::Result<SourceOptions> {
-        if self.fps == Some(0) {
-            bail!("--fps must be at least 1, got 0");
+        if let Some(fps) = self.fps
+            && !(fps.is_finite() && fps > 0.0 && fps <= 1000.0)
+        {
+            bail!("--fps {fps}: expected frames per second, above 0 and at most 1000");
+        }
+        if self.every == Some(0) {
+            bail!("--every must be at least 1 (every frame), got 0");
+        }
+        if let Some(s) = self.start
+            && !(s.is_finite() && s >= 0.0)
+        {
+            bail!("--start {s}: expected seconds, 0 or more");
+        }
+        if let Some(d) = self.duration
+            && !(d.is_finite() && d > 0.0)
+        {
+            bail!("--duration {d}: expected seconds, above 0");
         }
         Ok(SourceOptions {
             resolution: self
@@ -191,6 +217,12 @@ impl CameraArgs {
                 .map(parse_resolution)
                 .transpose()?,
             fps: self.fps,
+            video: VideoCut {
+                every: self.every.unwrap_or(1),
+                fps: None,
+                start_s: self.start.unwrap_or(0.0),
+                duration_s: self.duration,
+            },
             synthetic,
             corrupt_files,
             pace: self.pace.map(check_pace).transpose()?,
@@ -290,7 +322,8 @@ pub fn default_input() -> InputSpec {
 /// most often a mistyped source name, which would otherwise read as a bare "no such file".
 fn folder_input_context(dir: &std::path::Path) -> String {
     format!(
-        "--input {}: read as an image folder (other inputs: webcam:N, webcam:NAME, synthetic, demo)",
+        "--input {}: read as an image folder (other inputs: webcam:N, webcam:NAME, synthetic, \
+         a video file, demo)",
         dir.display()
     )
 }
@@ -385,7 +418,23 @@ mod tests {
         let cli = parse(&["--resolution", "1280x720", "--fps", "30"]).expect("parses");
         let request = options(&cli).expect("request");
         assert_eq!(request.resolution, Some((1280, 720)));
-        assert_eq!(request.fps, Some(30));
+        assert_eq!(request.fps, Some(30.0));
+        let cli = parse(&["--every", "2", "--start", "1.5", "--duration", "3"]).expect("parses");
+        let cut = options(&cli).expect("cut").video;
+        assert_eq!(
+            (cut.every, cut.start_s, cut.duration_s),
+            (2, 1.5, Some(3.0))
+        );
+        for (flag, bad) in [
+            ("--every", "0"),
+            ("--start", "-1"),
+            ("--duration", "0"),
+            ("--fps", "0"),
+        ] {
+            let cli = parse(&[flag, bad]).expect("clap takes the number");
+            let err = options(&cli).expect_err(bad);
+            assert!(err.to_string().contains(flag), "{err}");
+        }
         for bad in ["1280", "0x720", "wide x tall", "1280x-1"] {
             let cli = parse(&["--resolution", bad]).expect("clap takes any text");
             let err = options(&cli).expect_err(bad);

@@ -25,7 +25,7 @@ pub struct ViewArgs {
     /// Where the model runs: auto (the GPU when CUDA works, else the CPU), cpu or cuda.
     #[arg(long, value_enum, default_value_t = super::backend_choice::BackendArg::Auto)]
     pub backend: super::backend_choice::BackendArg,
-    /// `webcam:N`, `webcam:NAME`, `synthetic`, an image folder, or `demo` (a synthetic room
+    /// `webcam:N`, `webcam:NAME`, `synthetic`, a video file (`clip.mp4`), an image folder, or `demo` (a synthetic room
     /// with a simulated cache and no model). Default: webcam:0 when a camera exists, else the
     /// synthetic room.
     #[arg(long)]

@@ -5,8 +5,10 @@
 
 pub mod camera;
 pub mod image;
+pub mod origin;
 pub mod result;
 
 pub use camera::Intrinsics;
 pub use image::RgbImage;
+pub use origin::{CaptureTime, FrameOrigin, TimeBase};
 pub use result::{CacheSnapshot, FramePoints, FrameResult, FrameType, StageTime};

@@ -4,7 +4,7 @@
 use glam::{Mat4, Vec3};
 use serde::{Deserialize, Serialize};
 
-use super::{Intrinsics, RgbImage};
+use super::{FrameOrigin, Intrinsics, RgbImage};
 use crate::kvcache::{CacheEvent, CacheStats, PageState};
 
 /// How the model treated a frame.
@@ -58,6 +58,8 @@ pub struct StageTime {
 pub struct FrameResult {
     /// Index of the frame in the stream (as captured; live sources may skip indices).
     pub frame: u64,
+    /// Its capture time, source name and size as captured.
+    pub origin: FrameOrigin,
     pub frame_type: FrameType,
     /// `world_from_camera * point_in_camera = point_in_world`.
     pub world_from_camera: Mat4,

@@ -17,13 +17,14 @@ use crossbeam_channel::{Receiver, SendTimeoutError, Sender, TrySendError};
 use crate::capture::{CapturedFrame, Source};
 use crate::model::preprocess::{PreprocessConfig, preprocess_rgb8, rgb8_target_size};
 
-use crate::frame::RgbImage;
+use crate::frame::{FrameOrigin, RgbImage};
 
 /// A preprocessed frame on its way to inference.
 #[derive(Debug)]
 pub(crate) struct InputFrame {
     pub index: u64,
-    pub label: Option<String>,
+    /// Capture time, source name, size as captured: carried into the frame's result.
+    pub origin: FrameOrigin,
     pub pixels: FramePixels,
     /// The model's input size (after preprocessing, wherever it runs).
     pub height: usize,
@@ -174,9 +175,7 @@ impl CaptureLoop {
             Ok(p) => p,
             Err(e) => {
                 self.counters.skipped.fetch_add(1, Ordering::Relaxed);
-                let name = frame
-                    .label
-                    .unwrap_or_else(|| format!("frame {}", frame.index));
+                let name = frame.origin.name;
                 // Nothing to hand over either way; a stopped inference thread is noticed at the
                 // next hand-over.
                 self.tell(CaptureNote::Warning(format!("skipped {name}: {e}")));
@@ -189,7 +188,7 @@ impl CaptureLoop {
         };
         Some(InputFrame {
             index: frame.index,
-            label: frame.label,
+            origin: frame.origin,
             pixels,
             height,
             width,

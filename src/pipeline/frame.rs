@@ -127,6 +127,7 @@ pub(crate) fn build_results(
         timings.push(stage("points", clock.elapsed().as_secs_f64() * 1e3));
         out.push(FrameResult {
             frame: input.index,
+            origin: input.origin,
             frame_type: ctx.frame_type,
             world_from_camera,
             camera_from_world: camera_from_world(world_from_camera),

@@ -324,10 +324,7 @@ impl Inference {
             return;
         };
         if (frame.height, frame.width) != (session.height, session.width) {
-            let name = frame
-                .label
-                .clone()
-                .unwrap_or_else(|| format!("frame {}", frame.index));
+            let name = frame.origin.name.clone();
             let msg = format!(
                 "skipped {name}: {}×{} after preprocessing, the session runs at {}×{}",
                 frame.width, frame.height, session.width, session.height

@@ -5,7 +5,9 @@ use glam::Mat4;
 use half::f16;
 use serde::{Deserialize, Serialize};
 
-use crate::frame::{FramePoints, FrameType, Intrinsics, RgbImage, StageTime};
+use crate::frame::{
+    CaptureTime, FrameOrigin, FramePoints, FrameType, Intrinsics, RgbImage, StageTime, TimeBase,
+};
 
 /// Appends little-endian fields to a buffer.
 #[derive(Debug, Default)]
@@ -173,6 +175,65 @@ pub fn decode_pose(payload: &[u8]) -> DecodeResult<PoseRecord> {
         dropped_before,
         world_from_camera,
         camera_from_world,
+    })
+}
+
+/// Longest source name stored (a path-like name past this is cut at a character boundary).
+pub const MAX_SOURCE_NAME: usize = 4096;
+
+/// A frame's origin (format version 2): capture time in ns (i64) and its clock (u8), size as
+/// captured (u8 flag, u32 width, u32 height), source name (u32 length, UTF-8).
+pub fn encode_origin(frame: u64, o: &FrameOrigin) -> Vec<u8> {
+    let mut name = o.name.as_str();
+    if name.len() > MAX_SOURCE_NAME {
+        let mut cut = MAX_SOURCE_NAME;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name = &name[..cut];
+    }
+    let mut w = ByteWriter::with_capacity(8 + 8 + 1 + 9 + 4 + name.len());
+    w.u64(frame);
+    w.u64(o.time.ns as u64);
+    w.u8(o.time.base.code());
+    let (has_size, (width, height)) = match o.original_size {
+        Some(size) => (1, size),
+        None => (0, (0, 0)),
+    };
+    w.u8(has_size);
+    w.u32(width);
+    w.u32(height);
+    w.u32(name.len() as u32);
+    w.bytes(name.as_bytes());
+    w.into_vec()
+}
+
+pub fn decode_origin(payload: &[u8]) -> DecodeResult<FrameOrigin> {
+    let mut r = ByteReader::new(payload);
+    let head = (|| {
+        Some((
+            r.u64()?,
+            r.u64()?,
+            r.u8()?,
+            r.u8()?,
+            r.u32()?,
+            r.u32()?,
+            r.u32()?,
+        ))
+    })();
+    let (_, ns, base, has_size, width, height, name_len) = head.ok_or_else(|| short("origin"))?;
+    let base = TimeBase::from_code(base).ok_or_else(|| format!("unknown time base {base}"))?;
+    if name_len as usize > MAX_SOURCE_NAME {
+        return Err(format!("source name of {name_len} bytes (at most {MAX_SOURCE_NAME})").into());
+    }
+    let name = r.take(name_len as usize).ok_or_else(|| short("origin"))?;
+    let name = std::str::from_utf8(name)
+        .map_err(|e| format!("source name is not UTF-8: {e}"))?
+        .to_owned();
+    Ok(FrameOrigin {
+        name,
+        time: CaptureTime::new(ns as i64, base),
+        original_size: (has_size == 1).then_some((width, height)),
     })
 }
 

@@ -5,7 +5,12 @@ use crate::record::codec::{ByteReader, ByteWriter};
 
 /// `\r\n` in the magic catches a file mangled by a text-mode transfer (as PNG does).
 pub const FILE_MAGIC: [u8; 8] = *b"SRSESS\r\n";
-pub const FORMAT_VERSION: u16 = 1;
+/// Version 2 adds the [`RecordKind::Origin`] record (capture time, source name, size as
+/// captured). Version-1 files are still read: their frames get the origin
+/// [`FrameOrigin::recorded_v1`](crate::frame::FrameOrigin::recorded_v1) gives.
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest version this build reads.
+pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// magic, version u16, flags u16, config length u32, crc32 u32; then the config JSON.
 pub const HEADER_FIXED_LEN: usize = 20;
 
@@ -45,6 +50,8 @@ pub enum RecordKind {
     Notice = 10,
     /// Written at close: the offset, kind and frame of every record before it.
     Index = 11,
+    /// A frame's capture time, source name and size as captured (version 2).
+    Origin = 12,
 }
 
 impl RecordKind {
@@ -62,6 +69,7 @@ impl RecordKind {
             9 => FrameEnd,
             10 => Notice,
             11 => Index,
+            12 => Origin,
             _ => return None,
         })
     }
@@ -73,9 +81,15 @@ impl RecordKind {
 }
 
 pub fn encode_header(config_json: &[u8]) -> Vec<u8> {
+    encode_header_version(FORMAT_VERSION, config_json)
+}
+
+/// A header naming `version`: the current one, or an older one for a writer that makes
+/// files of that version (tests of the readers' compatibility).
+pub fn encode_header_version(version: u16, config_json: &[u8]) -> Vec<u8> {
     let mut w = ByteWriter::default();
     w.bytes(&FILE_MAGIC);
-    w.u16(FORMAT_VERSION);
+    w.u16(version);
     w.u16(0);
     w.u32(config_json.len() as u32);
     let mut crc = crc32fast::Hasher::new();
@@ -104,7 +118,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<(u16, &[u8], usize), HeaderError> {
     let Some((version, _flags, config_len, crc)) = fixed else {
         return Err(HeaderError::Damaged("the header is cut short".into()));
     };
-    if version > FORMAT_VERSION {
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(HeaderError::Version(version));
     }
     let end = HEADER_FIXED_LEN

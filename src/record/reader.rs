@@ -10,7 +10,9 @@ use std::sync::Mutex;
 
 use glam::Mat4;
 
-use crate::frame::{CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage};
+use crate::frame::{
+    CacheSnapshot, FrameOrigin, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage,
+};
 use crate::record::RecordError;
 use crate::record::cache_codec::CacheRecord;
 use crate::record::codec::{self, Notice, PoseRecord};
@@ -74,6 +76,11 @@ pub struct FrameInfo {
     pub world_from_camera: Mat4,
     pub camera_from_world: Mat4,
     pub intrinsics: Option<Intrinsics>,
+    /// Capture time, source name and size as captured: from its origin record, or for a
+    /// version-1 file (or an origin record lost to damage) [`FrameOrigin::recorded_v1`].
+    pub origin: FrameOrigin,
+    /// Whether `origin` was read from the file (not the version-1 fallback).
+    pub origin_recorded: bool,
     /// Its `FrameEnd` record was read: every part written is here.
     pub complete: bool,
     parts: HashMap<RecordKind, RecordAt>,
@@ -369,6 +376,10 @@ impl SessionReader {
             RecordKind::Intrinsics => codec::decode_intrinsics(payload).map(|k| {
                 info.intrinsics = Some(k);
             }),
+            RecordKind::Origin => codec::decode_origin(payload).map(|o| {
+                info.origin = o;
+                info.origin_recorded = true;
+            }),
             RecordKind::Points => codec::check_points(payload).map(|_| ()),
             RecordKind::Depth | RecordKind::Confidence => codec::check_map(payload),
             RecordKind::Image => codec::check_image(payload),
@@ -520,6 +531,7 @@ impl SessionReader {
         };
         Ok(FrameResult {
             frame: info.frame,
+            origin: info.origin.clone(),
             frame_type: info.frame_type,
             world_from_camera: info.world_from_camera,
             camera_from_world: info.camera_from_world,
@@ -551,6 +563,8 @@ fn frame_info(p: PoseRecord) -> FrameInfo {
         world_from_camera: p.world_from_camera,
         camera_from_world: p.camera_from_world,
         intrinsics: None,
+        origin: FrameOrigin::recorded_v1(p.frame, p.t_s),
+        origin_recorded: false,
         complete: false,
         parts: HashMap::new(),
     }
@@ -570,6 +584,7 @@ pub fn kind_name(kind: RecordKind) -> &'static str {
         RecordKind::FrameEnd => "frame-end",
         RecordKind::Notice => "notice",
         RecordKind::Index => "index",
+        RecordKind::Origin => "origin",
     }
 }
 

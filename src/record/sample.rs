@@ -4,7 +4,8 @@
 use glam::{Mat4, Quat, Vec3};
 
 use crate::frame::{
-    CacheSnapshot, FramePoints, FrameResult, FrameType, Intrinsics, RgbImage, StageTime,
+    CacheSnapshot, CaptureTime, FrameOrigin, FramePoints, FrameResult, FrameType, Intrinsics,
+    RgbImage, StageTime, TimeBase,
 };
 use crate::kvcache::{CacheEvent, CacheStats, PageState, PatchStream};
 
@@ -49,6 +50,16 @@ pub fn sample_result(i: u64, width: u32, height: u32, points: usize) -> FrameRes
     };
     FrameResult {
         frame: i,
+        // A TUM-style name and time, as a dataset's frame would carry.
+        origin: FrameOrigin {
+            name: format!("{}.{:06}.png", 1_700_000_000 + i, (i * 33_333) % 1_000_000),
+            time: CaptureTime::new(
+                (1_700_000_000 + i as i64) * 1_000_000_000
+                    + ((i as i64 * 33_333) % 1_000_000) * 1000,
+                TimeBase::FileName,
+            ),
+            original_size: Some((width * 2, height * 2)),
+        },
         frame_type,
         world_from_camera,
         camera_from_world: world_from_camera.inverse(),

@@ -133,6 +133,11 @@ impl SessionDir {
 fn frame_meta(r: &FrameResult) -> serde_json::Value {
     serde_json::json!({
         "frame": r.frame,
+        "source": r.origin.name,
+        // Text, with every digit: a float would round a Unix time's nanoseconds.
+        "capture_time": r.origin.time.seconds_text(),
+        "time_base": r.origin.time.base,
+        "original_size": r.origin.original_size,
         "frame_type": r.frame_type,
         "world_from_camera": row_major(&r.world_from_camera),
         "intrinsics": r.intrinsics,

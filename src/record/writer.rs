@@ -24,6 +24,9 @@ pub struct SessionWriter<W: Write> {
     frames: u64,
     /// After a failed write the tail of the output is unknown: nothing more is appended.
     failed: bool,
+    /// The format version written: the current one, or 1 (no origin records) for files that
+    /// test how version-1 sessions still read.
+    version: u16,
 }
 
 impl<W: Write> SessionWriter<W> {
@@ -34,21 +37,45 @@ impl<W: Write> SessionWriter<W> {
         path: impl Into<PathBuf>,
         config: &serde_json::Value,
     ) -> Result<Self, RecordError> {
+        Self::with_version(out, path, config, format::FORMAT_VERSION)
+    }
+
+    /// A writer of format `version`: the current one, or 1, as sessions were written before
+    /// frames carried their origin (so tests can make the files older builds made). Any
+    /// other version is refused.
+    pub fn with_version(
+        out: W,
+        path: impl Into<PathBuf>,
+        config: &serde_json::Value,
+        version: u16,
+    ) -> Result<Self, RecordError> {
+        let path = path.into();
+        if version != format::FORMAT_VERSION && version != 1 {
+            return Err(RecordError::Encode {
+                path,
+                frame: NO_FRAME,
+                what: format!(
+                    "cannot write format version {version} (this build writes 1 and {})",
+                    format::FORMAT_VERSION
+                ),
+            });
+        }
         let mut w = Self {
             out,
-            path: path.into(),
+            path,
             offset: 0,
             index: Vec::new(),
             jpeg_quality: DEFAULT_JPEG_QUALITY,
             frames: 0,
             failed: false,
+            version,
         };
         let json = serde_json::to_vec(config).map_err(|e| RecordError::Encode {
             path: w.path.clone(),
             frame: NO_FRAME,
             what: format!("config JSON: {e}"),
         })?;
-        w.put(&format::encode_header(&json))?;
+        w.put(&format::encode_header_version(version, &json))?;
         Ok(w)
     }
 
@@ -96,6 +123,9 @@ impl<W: Write> SessionWriter<W> {
                 camera_from_world: r.camera_from_world,
             }),
         ));
+        if self.version >= 2 {
+            parts.push((RecordKind::Origin, codec::encode_origin(frame, &r.origin)));
+        }
         parts.push((
             RecordKind::Intrinsics,
             codec::encode_intrinsics(frame, &r.intrinsics),

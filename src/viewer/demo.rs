@@ -107,6 +107,11 @@ impl DemoStream {
         let (points, image, depth, confidence) = self.render(frame, world_from_camera, intrinsics);
         FrameResult {
             frame,
+            origin: crate::frame::FrameOrigin {
+                name: format!("demo#frame_{frame:06}"),
+                time: crate::capture::timestamps::nominal_time(frame, Some(30.0)),
+                original_size: Some((image.width, image.height)),
+            },
             frame_type,
             world_from_camera,
             camera_from_world: world_from_camera.inverse(),

@@ -157,8 +157,22 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
             "bufferView": iv, "componentType": UNSIGNED_INT, "count": cameras * 16,
             "type": "SCALAR"
         }));
+        // Which frustum is which frame: the k-th five vertices are camera k of this list.
+        let frames: Vec<Value> = reader
+            .frames()
+            .iter()
+            .map(|info| {
+                json!({
+                    "frame": info.frame,
+                    "source": info.origin.name,
+                    "capture_time": info.origin.time.seconds_text(),
+                    "time_base": info.origin.time.base,
+                })
+            })
+            .collect();
         meshes.push(json!({
             "name": "cameras",
+            "extras": { "frames": frames },
             "primitives": [{
                 "attributes": { "POSITION": accessors.len() - 2 },
                 "indices": accessors.len() - 1,

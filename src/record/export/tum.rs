@@ -1,24 +1,59 @@
 //! The camera trajectory in the TUM RGB-D format: `timestamp tx ty tz qx qy qz qw`, one line per
 //! frame, the camera-to-world pose (camera centre and orientation in the world). The timestamp
-//! is seconds since the recording started.
+//! is the frame's capture time, with every digit it has (see `CaptureTime::seconds_text`): a
+//! camera's Unix time, a video's presentation time from the stream's start, the time a
+//! TUM-style file name carries, or a nominal time; a version-1 session has only the seconds
+//! since its recording started. A second comment line says which, so a reader comparing with
+//! ground truth knows what the numbers are.
 
 use std::io::{self, Write};
 use std::path::Path;
 
 use super::rotation_translation;
+use crate::frame::TimeBase;
 use crate::record::{RecordError, SessionReader};
+
+/// What the timestamps of a trajectory are, for its header.
+pub fn time_base_text(base: TimeBase) -> &'static str {
+    match base {
+        TimeBase::Unix => "capture time, seconds since the Unix epoch",
+        TimeBase::Stream => "video presentation time, seconds from the stream's start",
+        TimeBase::FileName => "capture time from the file names",
+        TimeBase::Nominal => "nominal time (no capture time known: --fps spacing or the index)",
+        TimeBase::Recording => {
+            "seconds since the recording started (a version-1 session records no capture time)"
+        }
+    }
+}
 
 pub fn write_tum(mut w: impl Write, reader: &SessionReader) -> io::Result<usize> {
     writeln!(
         w,
         "# streamrecon trajectory: timestamp tx ty tz qx qy qz qw (camera to world)"
     )?;
+    let mut bases: Vec<TimeBase> = Vec::new();
+    for info in reader.frames() {
+        if !bases.contains(&info.origin.time.base) {
+            bases.push(info.origin.time.base);
+        }
+    }
+    if !bases.is_empty() {
+        let texts: Vec<&str> = bases.iter().map(|b| time_base_text(*b)).collect();
+        writeln!(w, "# timestamps: {}", texts.join("; "))?;
+    }
     for info in reader.frames() {
         let (q, t) = rotation_translation(&info.world_from_camera);
         writeln!(
             w,
-            "{:.6} {:.9} {:.9} {:.9} {:.9} {:.9} {:.9} {:.9}",
-            info.t_s, t.x, t.y, t.z, q.x, q.y, q.z, q.w
+            "{} {:.9} {:.9} {:.9} {:.9} {:.9} {:.9} {:.9}",
+            info.origin.time.seconds_text(),
+            t.x,
+            t.y,
+            t.z,
+            q.x,
+            q.y,
+            q.z,
+            q.w
         )?;
     }
     Ok(reader.frames().len())
