@@ -58,9 +58,9 @@ fn export_writes_every_format_from_a_session_directory() {
     for f in [
         "cloud.ply",
         "traj.txt",
-        "colmap/cameras.txt",
-        "colmap/images.txt",
-        "colmap/points3D.txt",
+        "colmap/sparse/0/cameras.bin",
+        "colmap/sparse/0/images.bin",
+        "colmap/sparse/0/points3D.bin",
         "scene.glb",
     ] {
         assert!(out.join(f).is_file(), "{f} missing");

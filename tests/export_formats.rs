@@ -1,12 +1,11 @@
 //! Exporters, each checked by a reader that shares no code with the writer: ply-rs for PLY,
-//! the gltf crate for GLB, and parsers written here from the TUM and COLMAP text specs.
+//! the gltf crate for GLB, and a parser written here from the TUM spec (COLMAP: export_colmap.rs).
 
 use std::collections::HashSet;
-use std::path::Path;
 
 use glam::{Mat4, Quat, Vec3};
 use streamrecon::frame::FrameResult;
-use streamrecon::record::export::{CloudOptions, colmap, gather_cloud, glb, ply, tum};
+use streamrecon::record::export::{CloudOptions, gather_cloud, glb, ply, tum};
 use streamrecon::record::sample::sample_result;
 use streamrecon::record::{SessionReader, SessionWriter};
 
@@ -118,7 +117,7 @@ fn tum_trajectory_is_camera_to_world() {
     let (reader, results) = session(5);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("traj.txt");
-    assert_eq!(tum::export_tum(&path, &reader).unwrap(), 5);
+    assert_eq!(tum::export_tum(&path, reader.frames()).unwrap(), 5);
     let text = std::fs::read_to_string(&path).unwrap();
     let rows: Vec<Vec<f64>> = text
         .lines()
@@ -148,116 +147,13 @@ fn tum_trajectory_is_camera_to_world() {
     }
 }
 
-/// Rotation matrix of a unit quaternion (w, x, y, z), written out (COLMAP's convention).
-fn rotation(w: f64, x: f64, y: f64, z: f64) -> [[f64; 3]; 3] {
-    [
-        [
-            1.0 - 2.0 * (y * y + z * z),
-            2.0 * (x * y - w * z),
-            2.0 * (x * z + w * y),
-        ],
-        [
-            2.0 * (x * y + w * z),
-            1.0 - 2.0 * (x * x + z * z),
-            2.0 * (y * z - w * x),
-        ],
-        [
-            2.0 * (x * z - w * y),
-            2.0 * (y * z + w * x),
-            1.0 - 2.0 * (x * x + y * y),
-        ],
-    ]
-}
-
-fn data_lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(str::to_string)
-        .collect()
-}
-
-#[test]
-fn colmap_text_model_projects_like_the_session() {
-    let (reader, results) = session(3);
-    let cloud = gather_cloud(&reader, options()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("colmap");
-    let report = colmap::export_colmap(&out, &reader, &cloud).unwrap();
-    assert_eq!(report.images, 3);
-
-    let cameras: Vec<Vec<String>> = data_lines(&out.join("cameras.txt"))
-        .iter()
-        .filter(|l| !l.is_empty())
-        .map(|l| l.split_whitespace().map(str::to_string).collect())
-        .collect();
-    assert_eq!(cameras.len(), 3);
-    // images.txt: an image line, then its (here empty) 2D points line.
-    let image_lines = data_lines(&out.join("images.txt"));
-    assert_eq!(image_lines.len(), 6, "{image_lines:?}");
-    for (i, r) in results.iter().enumerate() {
-        let cam = &cameras[i];
-        assert_eq!(cam[1], "PINHOLE");
-        let num = |k: usize| cam[k].parse::<f64>().unwrap();
-        assert_eq!(num(2) as u32, r.intrinsics.width);
-        assert_eq!(num(3) as u32, r.intrinsics.height);
-        let (fx, fy, cx, cy) = (num(4), num(5), num(6), num(7));
-
-        let img: Vec<&str> = image_lines[2 * i].split_whitespace().collect();
-        assert!(image_lines[2 * i + 1].trim().is_empty());
-        assert_eq!(img[8], cam[0], "camera id");
-        let v = |k: usize| img[k].parse::<f64>().unwrap();
-        let rot = rotation(v(1), v(2), v(3), v(4));
-        let t = [v(5), v(6), v(7)];
-        // Project a world point through COLMAP's model and through the session's own pose:
-        // the pixel must agree once COLMAP's half-pixel centre convention is accounted for.
-        let world = [0.3f64, -0.2, 1.5];
-        let cam_pt: Vec<f64> = (0..3)
-            .map(|row| (0..3).map(|c| rot[row][c] * world[c]).sum::<f64>() + t[row])
-            .collect();
-        let u_colmap = fx * cam_pt[0] / cam_pt[2] + cx;
-        let v_colmap = fy * cam_pt[1] / cam_pt[2] + cy;
-        let p = r
-            .camera_from_world
-            .transform_point3(Vec3::new(0.3, -0.2, 1.5));
-        let k = r.intrinsics;
-        let u_model = (k.fx * p.x / p.z + k.cx) as f64;
-        let v_model = (k.fy * p.y / p.z + k.cy) as f64;
-        assert!(
-            (u_colmap - (u_model + 0.5)).abs() < 1e-3,
-            "{u_colmap} {u_model}"
-        );
-        assert!(
-            (v_colmap - (v_model + 0.5)).abs() < 1e-3,
-            "{v_colmap} {v_model}"
-        );
-        // The image file is there and is the frame.
-        let jpeg = image::open(out.join("images").join(img[9])).unwrap();
-        assert_eq!(jpeg.width(), r.image.width);
-    }
-    let points: Vec<Vec<f64>> = data_lines(&out.join("points3D.txt"))
-        .iter()
-        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
-        .collect();
-    let want = expected_points(&results);
-    assert_eq!(points.len(), want.len());
-    for (row, (xyz, rgb, _, _)) in points.iter().zip(&want) {
-        assert_eq!(row.len(), 8, "id x y z r g b error, no track");
-        for d in 0..3 {
-            assert_eq!(row[1 + d] as f32, xyz[d]);
-            assert_eq!(row[4 + d] as u8, rgb[d]);
-        }
-    }
-}
-
 #[test]
 fn glb_reads_back_with_the_gltf_crate() {
     use gltf::mesh::Mode;
     let (reader, results) = session(3);
     let cloud = gather_cloud(&reader, options()).unwrap();
     let mut bytes = Vec::new();
-    glb::write_glb(&mut bytes, &reader, &cloud, Some(0.2)).unwrap();
+    glb::write_glb(&mut bytes, reader.frames(), &cloud, Some(0.2)).unwrap();
     let parsed = gltf::Gltf::from_slice(&bytes).unwrap();
     let blob = parsed.blob.clone().expect("a BIN chunk");
     let want = expected_points(&results);
@@ -319,6 +215,6 @@ fn glb_reads_back_with_the_gltf_crate() {
     w.flush().unwrap();
     let empty = SessionReader::from_bytes("e", w.finish().unwrap()).unwrap();
     let mut bytes = Vec::new();
-    glb::write_glb(&mut bytes, &empty, &Default::default(), None).unwrap();
+    glb::write_glb(&mut bytes, empty.frames(), &Default::default(), None).unwrap();
     gltf::Gltf::from_slice(&bytes).unwrap();
 }

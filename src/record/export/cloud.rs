@@ -39,8 +39,18 @@ impl Cloud {
 }
 
 pub fn gather_cloud(reader: &SessionReader, options: CloudOptions) -> Result<Cloud, RecordError> {
+    gather_cloud_in(reader, 0..reader.frames().len(), options)
+}
+
+/// The cloud of the reader's frames `frames` (one model session's, see `sessions`).
+pub fn gather_cloud_in(
+    reader: &SessionReader,
+    frames: std::ops::Range<usize>,
+    options: CloudOptions,
+) -> Result<Cloud, RecordError> {
     let mut cloud = Cloud::default();
-    for (i, info) in reader.frames().iter().enumerate() {
+    for i in frames {
+        let info = &reader.frames()[i];
         let points = reader.read_points(i)?;
         // Frame indices beyond u32 (years of 30 fps) saturate rather than wrap.
         let frame = u32::try_from(info.frame).unwrap_or(u32::MAX);

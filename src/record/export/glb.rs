@@ -9,7 +9,7 @@ use glam::Vec3;
 use serde_json::{Value, json};
 
 use super::Cloud;
-use crate::record::{RecordError, SessionReader};
+use crate::record::{FrameInfo, RecordError};
 
 const ARRAY_BUFFER: u32 = 34962;
 const ELEMENT_ARRAY_BUFFER: u32 = 34963;
@@ -20,9 +20,9 @@ const MODE_POINTS: u32 = 0;
 const MODE_LINES: u32 = 1;
 
 /// Frustum corners at `depth` for each camera: centre, then four image corners.
-fn frustum_vertices(reader: &SessionReader, depth: f32) -> Vec<Vec3> {
-    let mut out = Vec::with_capacity(reader.frames().len() * 5);
-    for info in reader.frames() {
+fn frustum_vertices(frames: &[FrameInfo], depth: f32) -> Vec<Vec3> {
+    let mut out = Vec::with_capacity(frames.len() * 5);
+    for info in frames {
         // Without intrinsics (damaged record) a square 90° frustum still shows the pose.
         let (w, h, fx, fy, cx, cy) = match info.intrinsics {
             Some(k) if k.fx > 0.0 && k.fy > 0.0 => {
@@ -41,11 +41,10 @@ fn frustum_vertices(reader: &SessionReader, depth: f32) -> Vec<Vec3> {
 }
 
 /// A size for the frustums: 5 % of the scene's extent (cloud and cameras).
-fn default_frustum_depth(reader: &SessionReader, cloud: &Cloud) -> f32 {
+fn default_frustum_depth(frames: &[FrameInfo], cloud: &Cloud) -> f32 {
     let mut lo = Vec3::splat(f32::INFINITY);
     let mut hi = Vec3::splat(f32::NEG_INFINITY);
-    let centres = reader
-        .frames()
+    let centres = frames
         .iter()
         .map(|f| f.world_from_camera.transform_point3(Vec3::ZERO));
     for p in cloud.xyz.iter().map(|p| Vec3::from(*p)).chain(centres) {
@@ -71,7 +70,7 @@ fn bounds(points: impl Iterator<Item = Vec3>) -> (Value, Value) {
 }
 
 /// Builds the glTF JSON and the binary buffer.
-fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (Value, Vec<u8>) {
+fn build(frames: &[FrameInfo], cloud: &Cloud, frustum_depth: Option<f32>) -> (Value, Vec<u8>) {
     let mut bin: Vec<u8> = Vec::new();
     let mut views = Vec::new();
     let mut accessors = Vec::new();
@@ -120,10 +119,10 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
         }));
     }
 
-    let cameras = reader.frames().len();
+    let cameras = frames.len();
     if cameras > 0 {
-        let depth = frustum_depth.unwrap_or_else(|| default_frustum_depth(reader, cloud));
-        let verts = frustum_vertices(reader, depth);
+        let depth = frustum_depth.unwrap_or_else(|| default_frustum_depth(frames, cloud));
+        let verts = frustum_vertices(frames, depth);
         let positions: Vec<u8> = verts
             .iter()
             .flat_map(|p| p.to_array().into_iter().flat_map(|v| v.to_le_bytes()))
@@ -158,8 +157,7 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
             "type": "SCALAR"
         }));
         // Which frustum is which frame: the k-th five vertices are camera k of this list.
-        let frames: Vec<Value> = reader
-            .frames()
+        let frame_list: Vec<Value> = frames
             .iter()
             .map(|info| {
                 json!({
@@ -172,7 +170,7 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
             .collect();
         meshes.push(json!({
             "name": "cameras",
-            "extras": { "frames": frames },
+            "extras": { "frames": frame_list },
             "primitives": [{
                 "attributes": { "POSITION": accessors.len() - 2 },
                 "indices": accessors.len() - 1,
@@ -224,11 +222,11 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
 
 pub fn write_glb(
     mut w: impl Write,
-    reader: &SessionReader,
+    frames: &[FrameInfo],
     cloud: &Cloud,
     frustum_depth: Option<f32>,
 ) -> io::Result<()> {
-    let (gltf, bin) = build(reader, cloud, frustum_depth);
+    let (gltf, bin) = build(frames, cloud, frustum_depth);
     let mut json = serde_json::to_vec(&gltf).map_err(io::Error::other)?;
     while json.len() % 4 != 0 {
         json.push(b' ');
@@ -253,9 +251,9 @@ pub fn write_glb(
 
 pub fn export_glb(
     path: &Path,
-    reader: &SessionReader,
+    frames: &[FrameInfo],
     cloud: &Cloud,
     frustum_depth: Option<f32>,
 ) -> Result<(), RecordError> {
-    super::write_file(path, |w| write_glb(w, reader, cloud, frustum_depth))
+    super::write_file(path, |w| write_glb(w, frames, cloud, frustum_depth))
 }

@@ -1,17 +1,20 @@
 //! Exports a session to formats other tools read: a binary PLY cloud, a TUM trajectory, a
 //! COLMAP text model, a GLB scene. All read the session through `SessionReader`.
 
+pub mod camera_geometry;
 pub mod cloud;
 pub mod colmap;
+pub mod colmap_io;
 pub mod glb;
 pub mod output;
 pub mod ply;
+pub mod sessions;
 pub mod tum;
 pub mod voxel;
 
 use glam::{Mat4, Quat, Vec3};
 
-pub use cloud::{Cloud, CloudOptions, gather_cloud};
+pub use cloud::{Cloud, CloudOptions, gather_cloud, gather_cloud_in};
 pub use output::{OutputKind, OutputPlan};
 pub(crate) use output::{write_file, write_file_unsynced};
 

@@ -13,7 +13,14 @@ use crate::record::RecordError;
 
 /// The files a COLMAP export writes into its folder: a folder holding only these may be
 /// replaced with `--force`; one holding anything else is not ours to delete.
-pub const COLMAP_ENTRIES: [&str; 4] = ["cameras.txt", "images.txt", "points3D.txt", "images"];
+/// (The three root text files are what exports before `sparse/0/` wrote.)
+pub const COLMAP_ENTRIES: [&str; 5] = [
+    "sparse",
+    "images",
+    "cameras.txt",
+    "images.txt",
+    "points3D.txt",
+];
 
 /// A file's identity, which survives symlinks and hard links: device and inode on Unix, the
 /// canonical path elsewhere.
