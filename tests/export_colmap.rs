@@ -709,3 +709,168 @@ fn courthouse_session_exports_a_model_of_its_own_frames() {
     }
     assert!(!model.points.is_empty() && model.points.len() <= 100_000);
 }
+
+fn session_file(dir: &Path, results: &[FrameResult], notices: &[(usize, &str)]) -> PathBuf {
+    let mut w = SessionWriter::new(Vec::new(), "s.srec", &serde_json::json!({})).unwrap();
+    for (i, r) in results.iter().enumerate() {
+        for (_, m) in notices.iter().filter(|(at, _)| *at == i) {
+            w.write_notice(&Notice {
+                message: m.to_string(),
+                results_not_recorded: 0,
+                first_frame: None,
+                last_frame: None,
+                t_s: 0.0,
+            })
+            .unwrap();
+        }
+        w.write_frame(r, 0.1 * i as f64).unwrap();
+    }
+    let path = dir.join("s.srec");
+    std::fs::write(&path, w.finish().unwrap()).unwrap();
+    path
+}
+
+fn streamrecon_fails(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_streamrecon"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn images_from_names_the_folder_and_a_frame_that_does_not_match() {
+    let results: Vec<FrameResult> = (0..3).map(|i| frame_with_points(i, 10)).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_file(dir.path(), &results, &[]);
+    let frames = dir.path().join("frames");
+    write_originals(&frames, &results);
+    let out = dir.path().join("colmap");
+    let o = streamrecon(
+        &[
+            "export",
+            s.to_str().unwrap(),
+            "--colmap",
+            out.to_str().unwrap(),
+            "--images-from",
+            frames.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("the original frames from"));
+    let model = parse_binary(&out.join("sparse/0"));
+    check_3dgs_layout(&out, &model);
+    assert_eq!((model.cameras[0].width, model.cameras[0].height), (32, 24));
+
+    // Without a known folder, `original` says what to give.
+    let err = streamrecon_fails(&[
+        "export",
+        s.to_str().unwrap(),
+        "--colmap",
+        dir.path().join("c2").to_str().unwrap(),
+        "--colmap-images",
+        "original",
+    ]);
+    assert!(err.contains("--images-from"), "{err}");
+    // Another folder's frames: refused, naming the file.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    image::RgbImage::new(7, 3)
+        .save(other.join(&results[0].origin.name))
+        .unwrap();
+    let err = streamrecon_fails(&[
+        "export",
+        s.to_str().unwrap(),
+        "--colmap",
+        dir.path().join("c3").to_str().unwrap(),
+        "--images-from",
+        other.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains(&results[0].origin.name) && err.contains("7×3"),
+        "{err}"
+    );
+    assert!(!dir.path().join("c3").exists());
+}
+
+/// Frames 0..5 one model session, then a reset and 5..8 a second one (scale frames first).
+fn two_sessions() -> Vec<FrameResult> {
+    (0..8)
+        .map(|i| {
+            let mut r = frame_with_points(i, 10);
+            r.frame_type = match i {
+                0 | 1 | 5 | 6 => FrameType::Scale,
+                _ => FrameType::Keyframe,
+            };
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn a_recording_with_a_reset_is_two_model_sessions_never_one() {
+    use streamrecon::record::export::sessions::model_sessions;
+    let results = two_sessions();
+    let reader = reader_of(&results, &[(5, "session reset: requested")]);
+    assert_eq!(model_sessions(&reader), vec![0..5, 5..8]);
+    // The scale frames alone mark the start too (a notice lost with the recorder behind).
+    let reader = reader_of(&results, &[]);
+    assert_eq!(model_sessions(&reader), vec![0..5, 5..8]);
+    // A reset noted before any frame of the new session's scale call: still split there.
+    let mut flat = two_sessions();
+    for r in &mut flat {
+        r.frame_type = FrameType::Keyframe;
+    }
+    let reader = reader_of(&flat, &[(3, "session reset: keyframe budget spent")]);
+    assert_eq!(model_sessions(&reader), vec![0..3, 3..8]);
+    // Other notices split nothing.
+    let reader = reader_of(
+        &flat,
+        &[(3, "recorder fell behind: 2 results not recorded")],
+    );
+    assert_eq!(model_sessions(&reader), vec![0..8]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_file(dir.path(), &results, &[(5, "session reset: requested")]);
+    let s = s.to_str().unwrap();
+    let p = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let o = streamrecon(
+        &[
+            "export",
+            s,
+            "--ply",
+            &p("cloud.ply"),
+            "--tum",
+            &p("traj.txt"),
+            "--colmap",
+            &p("colmap"),
+        ],
+        dir.path(),
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("2 model sessions"), "{stdout}");
+    assert!(!dir.path().join("cloud.ply").exists(), "no merged cloud");
+    for (n, frames) in [(1, 5), (2, 3)] {
+        let traj = std::fs::read_to_string(p(&format!("traj-session-{n}.txt"))).unwrap();
+        assert_eq!(traj.lines().filter(|l| !l.starts_with('#')).count(), frames);
+        let model = parse_binary(&dir.path().join(format!("colmap-session-{n}/sparse/0")));
+        assert_eq!(model.images.len(), frames);
+        check_tracks(&model);
+        let ply = std::fs::read(p(&format!("cloud-session-{n}.ply"))).unwrap();
+        let header = String::from_utf8_lossy(&ply[..200]).into_owned();
+        assert!(
+            header.contains(&format!("element vertex {}", frames * 10)),
+            "{header}"
+        );
+    }
+    // --session N: that one alone, under the names given.
+    streamrecon(
+        &["export", s, "--session", "2", "--tum", &p("only.txt")],
+        dir.path(),
+    );
+    let only = std::fs::read_to_string(p("only.txt")).unwrap();
+    assert_eq!(only.lines().filter(|l| !l.starts_with('#')).count(), 3);
+    let err = streamrecon_fails(&["export", s, "--session", "3", "--tum", &p("x.txt")]);
+    assert!(err.contains("2 model session"), "{err}");
+}
