@@ -343,6 +343,7 @@ fn all_points() -> CloudOptions {
     CloudOptions {
         min_confidence: 0.0,
         voxel: None,
+        normals: false,
     }
 }
 
@@ -365,6 +366,7 @@ fn binary_model_reads_back_with_one_observation_per_point_and_a_cap() {
             text: false,
             images: ImageMode::Model,
             max_points: cap,
+            ..ColmapOptions::default()
         },
     );
     let model = parse_binary(&out.join("sparse/0"));
@@ -873,4 +875,45 @@ fn a_recording_with_a_reset_is_two_model_sessions_never_one() {
     assert_eq!(only.lines().filter(|l| !l.starts_with('#')).count(), 3);
     let err = streamrecon_fails(&["export", s, "--session", "3", "--tum", &p("x.txt")]);
     assert!(err.contains("2 model session"), "{err}");
+}
+
+#[test]
+fn an_up_axis_turns_the_colmap_world_with_the_cloud() {
+    use streamrecon::record::export::Up;
+    let results: Vec<FrameResult> = (0..3).map(|i| frame_with_points(i, 20)).collect();
+    let reader = reader_of(&results, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut models = Vec::new();
+    for up in [Up::NegY, Up::Z, Up::Y] {
+        let mut cloud = gather_cloud(&reader, all_points()).unwrap();
+        up.cloud(&mut cloud);
+        let out = dir.path().join(up.name());
+        let options = ColmapOptions {
+            images: ImageMode::None,
+            up,
+            ..ColmapOptions::default()
+        };
+        colmap::export_colmap(&out, &reader, 0..3, &cloud, &options).unwrap();
+        let model = parse_binary(&out.join("sparse/0"));
+        check_tracks(&model);
+        models.push(model);
+    }
+    // The same pixels, from turned points through turned poses; the points themselves moved.
+    let base = &models[0];
+    for m in &models[1..] {
+        for (a, b) in base.images.iter().zip(&m.images) {
+            assert_eq!(a.points2d.len(), b.points2d.len());
+            for (p, q) in a.points2d.iter().zip(&b.points2d) {
+                // The pose goes through a quaternion: a few 1e-6 px of rounding apart.
+                assert!(
+                    (p.0 - q.0).abs() < 1e-3 && (p.1 - q.1).abs() < 1e-3,
+                    "{p:?} {q:?}"
+                );
+            }
+        }
+        assert!(base.points[0].xyz != m.points[0].xyz);
+    }
+    // z up: (x, y, z) → (x, z, −y).
+    let (p, q) = (base.points[0].xyz, models[1].points[0].xyz);
+    assert!((q[0] - p[0]).abs() < 1e-6 && (q[1] - p[2]).abs() < 1e-6 && (q[2] + p[1]).abs() < 1e-6);
 }

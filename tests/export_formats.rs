@@ -45,6 +45,7 @@ fn options() -> CloudOptions {
     CloudOptions {
         min_confidence: MIN_CONF,
         voxel: None,
+        normals: false,
     }
 }
 
@@ -83,7 +84,57 @@ fn ply_reads_back_with_ply_rs() {
         assert_eq!([float("x"), float("y"), float("z")], *xyz);
         assert_eq!([uchar("red"), uchar("green"), uchar("blue")], *rgb);
         assert_eq!(float("confidence"), *conf);
-        assert_eq!(v["frame"], Property::UInt(*frame));
+        // `int`, not `uint`: Open3D's tensor reader drops unsigned properties.
+        assert_eq!(v["frame"], Property::Int(*frame as i32));
+    }
+}
+
+#[test]
+fn ply_normals_are_unit_vectors_facing_their_camera() {
+    use ply_rs::ply::{DefaultElement, Property};
+    let (reader, results) = session(3);
+    let cloud = gather_cloud(
+        &reader,
+        CloudOptions {
+            normals: true,
+            ..options()
+        },
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    ply::write_ply(&mut bytes, &cloud).unwrap();
+    let parsed = ply_rs::parser::Parser::<DefaultElement>::new()
+        .read_ply(&mut bytes.as_slice())
+        .unwrap();
+    let names: Vec<&String> = parsed.header.elements["vertex"].properties.keys().collect();
+    assert_eq!(
+        names,
+        [
+            "x",
+            "y",
+            "z",
+            "nx",
+            "ny",
+            "nz",
+            "red",
+            "green",
+            "blue",
+            "confidence",
+            "frame"
+        ]
+    );
+    let want = expected_points(&results);
+    let got = &parsed.payload["vertex"];
+    assert_eq!(got.len(), want.len());
+    for (v, (xyz, _, _, frame)) in got.iter().zip(&want) {
+        let float = |k: &str| match v[k] {
+            Property::Float(x) => x,
+            ref other => panic!("{k}: {other:?}"),
+        };
+        let n = Vec3::new(float("nx"), float("ny"), float("nz"));
+        assert!((n.length() - 1.0).abs() < 1e-5, "{n}");
+        let centre = results[*frame as usize].camera_position();
+        assert!(n.dot(centre - Vec3::from(*xyz)) >= 0.0, "faces its camera");
     }
 }
 
@@ -96,6 +147,7 @@ fn voxel_downsampling_keeps_one_point_per_occupied_voxel() {
         CloudOptions {
             min_confidence: MIN_CONF,
             voxel: Some(size),
+            normals: false,
         },
     )
     .unwrap();

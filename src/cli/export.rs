@@ -9,9 +9,33 @@ use clap::{Args, ValueEnum};
 
 use crate::record::export::colmap::{ColmapOptions, ImageMode};
 use crate::record::export::{
-    CloudOptions, OutputKind, OutputPlan, colmap, gather_cloud_in, glb, ply, sessions, tum,
+    CloudOptions, OutputKind, OutputPlan, Up, colmap, gather_cloud_in, glb, ply, sessions, tum,
 };
 use crate::record::{SESSION_FILE, SessionReader};
+
+/// `--up`: which axis is up in the exported world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UpArg {
+    /// The model's own frame (OpenCV-like, y down): the default.
+    #[value(name = "-y")]
+    NegY,
+    /// Turned half a turn about x: y up (glTF, three.js).
+    #[value(name = "y")]
+    Y,
+    /// Turned a quarter turn about x: z up (Blender, Open3D).
+    #[value(name = "z")]
+    Z,
+}
+
+impl From<UpArg> for Up {
+    fn from(u: UpArg) -> Self {
+        match u {
+            UpArg::NegY => Up::NegY,
+            UpArg::Y => Up::Y,
+            UpArg::Z => Up::Z,
+        }
+    }
+}
 
 /// What `--colmap-images` puts in the model's `images/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -68,6 +92,13 @@ pub struct ExportArgs {
     /// Depth of the GLB camera frustums (default: 5 % of the scene's extent).
     #[arg(long, value_name = "DEPTH", allow_hyphen_values = true)]
     pub frustum_size: Option<f32>,
+    /// Add a normal per point to the PLY (nx ny nz, from its frame's depth map).
+    #[arg(long)]
+    pub normals: bool,
+    /// The exported world's up axis, for every output alike: `-y` keeps the model's frame
+    /// (x right, y down, z forward from the first camera), `y` or `z` turn it about x.
+    #[arg(long, value_enum, default_value = "-y", allow_hyphen_values = true)]
+    pub up: UpArg,
     /// Replace outputs that exist already (never the session itself).
     #[arg(long)]
     pub force: bool,
@@ -194,6 +225,9 @@ fn check_numbers(args: &ExportArgs) -> anyhow::Result<()> {
             args.min_confidence
         );
     }
+    if args.normals && args.ply.is_none() {
+        bail!("--normals goes with --ply FILE (the normals are PLY properties)");
+    }
     if args.max_points == 0 {
         bail!("--max-points must be at least 1");
     }
@@ -301,24 +335,37 @@ fn export_one(
         Some(n) => suffixed(p, n),
         None => p.to_path_buf(),
     };
-    let infos = &reader.frames()[frames.clone()];
+    let up = Up::from(args.up);
+    let infos = up.frames(&reader.frames()[frames.clone()]);
+    let infos = infos.as_slice();
     let needs_cloud = args.ply.is_some() || args.colmap.is_some() || args.glb.is_some();
-    let cloud = if needs_cloud {
+    let mut cloud = if needs_cloud {
         gather_cloud_in(
             reader,
             frames.clone(),
             CloudOptions {
                 min_confidence: args.min_confidence,
                 voxel: args.voxel,
+                normals: args.normals && args.ply.is_some(),
             },
         )?
     } else {
         Default::default()
     };
+    up.cloud(&mut cloud);
     if let Some(path) = &args.ply {
         let path = out(path);
         ply::export_ply(&path, &cloud)?;
-        println!("ply:     {} ({} points)", path.display(), cloud.len());
+        println!(
+            "ply:     {} ({} points{})",
+            path.display(),
+            cloud.len(),
+            if cloud.normal.is_empty() {
+                ""
+            } else {
+                ", with normals"
+            }
+        );
     }
     if let Some(path) = &args.tum {
         let path = out(path);
@@ -335,6 +382,7 @@ fn export_one(
             text: args.colmap_text,
             images,
             max_points: args.max_points,
+            up,
         };
         let r = colmap::export_colmap(&dir, reader, frames.clone(), &cloud, &options)?;
         print_colmap(&dir, &options, &r);

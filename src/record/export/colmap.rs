@@ -12,7 +12,7 @@
 //!   bundle adjustment and 3DGS's initialisation have a track for every point.
 //!
 //! The model's camera is OpenCV-like (x right, y down, z forward), as COLMAP's is; the world is
-//! the session's ([`super::WorldFrame`]).
+//! the export's ([`super::Up`]).
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -44,6 +44,8 @@ pub struct ColmapOptions {
     pub images: ImageMode,
     /// Cap on `points3D` (the most confident are kept).
     pub max_points: usize,
+    /// The export's world frame; the cloud given must be in it already ([`super::Up::cloud`]).
+    pub up: super::Up,
 }
 
 impl Default for ColmapOptions {
@@ -52,6 +54,7 @@ impl Default for ColmapOptions {
             text: false,
             images: ImageMode::Model,
             max_points: 100_000,
+            up: super::Up::default(),
         }
     }
 }
@@ -261,7 +264,8 @@ pub fn build_model(
             }
         };
         let id = model.images.len() as u32 + 1;
-        let (q, t) = rotation_translation(&info.camera_from_world);
+        let world = glam::Mat4::from_mat3(options.up.rotation());
+        let (q, t) = rotation_translation(&(info.camera_from_world * world.transpose()));
         model.cameras.push(Camera {
             id,
             width: camera.width,

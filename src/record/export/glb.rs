@@ -1,6 +1,10 @@
 //! GLB (binary glTF 2.0): the cloud as one POINTS primitive with COLOR_0, and every camera as a
-//! frustum drawn with LINES. The data stays in the model's world frame (y down, z forward);
-//! the root node turns it half a turn about x so it stands upright in glTF's y-up viewers.
+//! frustum drawn with LINES. The vertices are the export's world coordinates ([`super::Up`]),
+//! the same numbers as the PLY's. The root node holds the one fixed turn that glTF's y-up
+//! convention asks of z-up data (−90° about x, what Blender's own glTF exporter writes), so
+//! Blender's importer, which turns y-up back to z-up, puts every vertex exactly where its PLY
+//! importer puts the same point: the PLY and the GLB of one session overlay, whatever `--up`
+//! says. With `--up z` both stand upright there and in y-up glTF viewers.
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -190,8 +194,9 @@ fn build(frames: &[FrameInfo], cloud: &Cloud, frustum_depth: Option<f32>) -> (Va
         .collect();
     let children: Vec<usize> = (1..=mesh_nodes.len()).collect();
     let mut root = json!({
-        "name": "session (model frame: y down, z forward)",
-        "rotation": [1.0, 0.0, 0.0, 0.0]
+        "name": "session (export world, taken as z-up)",
+        // −90° about x: (x, y, z) → (x, z, −y).
+        "rotation": [-std::f64::consts::FRAC_1_SQRT_2, 0.0, 0.0, std::f64::consts::FRAC_1_SQRT_2]
     });
     // glTF forbids empty arrays: an empty session is a scene with one empty node.
     if !children.is_empty() {
