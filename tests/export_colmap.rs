@@ -917,3 +917,61 @@ fn an_up_axis_turns_the_colmap_world_with_the_cloud() {
     let (p, q) = (base.points[0].xyz, models[1].points[0].xyz);
     assert!((q[0] - p[0]).abs() < 1e-6 && (q[1] - p[2]).abs() < 1e-6 && (q[2] + p[1]).abs() < 1e-6);
 }
+
+#[test]
+fn nerfstudio_transforms_see_the_points_where_colmap_does() {
+    use streamrecon::record::export::nerfstudio::export_nerfstudio;
+    let results: Vec<FrameResult> = (0..3).map(|i| frame_with_points(i, 20)).collect();
+    let reader = reader_of(&results, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let frames = dir.path().join("frames");
+    write_originals(&frames, &results);
+    let options = ColmapOptions {
+        images: ImageMode::Original(frames),
+        ..ColmapOptions::default()
+    };
+    let cm = dir.path().join("colmap");
+    export(&reader, &cm, &options);
+    let model = parse_binary(&cm.join("sparse/0"));
+    let ns = dir.path().join("ns");
+    let report = export_nerfstudio(&ns, &reader, 0..3, &options).unwrap();
+    assert_eq!(report.images, 3);
+    let t: serde_json::Value = serde_json::from_slice(&read(&ns.join("transforms.json"))).unwrap();
+    assert_eq!(t["camera_model"], "OPENCV");
+    let entries = t["frames"].as_array().unwrap();
+    assert_eq!(entries.len(), 3);
+    for (f, (img, cam)) in entries.iter().zip(model.images.iter().zip(&model.cameras)) {
+        let file = ns.join(f["file_path"].as_str().unwrap());
+        assert!(file.is_file(), "{}", file.display());
+        assert_eq!(f["file_path"], format!("images/{}", img.name));
+        assert_eq!(f["w"].as_u64().unwrap(), cam.width);
+        let m: Vec<Vec<f64>> = f["transform_matrix"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(m[3], vec![0.0, 0.0, 0.0, 1.0]);
+        // Invert the rigid camera-to-world (OpenGL axes) and project as nerfstudio does.
+        for p in model.points.iter().filter(|p| p.track[0].0 == img.id) {
+            let d: Vec<f64> = (0..3).map(|r| p.xyz[r] - m[r][3]).collect();
+            let c: Vec<f64> = (0..3)
+                .map(|k| (0..3).map(|r| m[r][k] * d[r]).sum())
+                .collect();
+            let (x, y, z) = (c[0], -c[1], -c[2]);
+            let u = f["fl_x"].as_f64().unwrap() * x / z + f["cx"].as_f64().unwrap();
+            let v = f["fl_y"].as_f64().unwrap() * y / z + f["cy"].as_f64().unwrap();
+            let (cu, cv) = project(cam, img, p.xyz);
+            assert!(
+                (u - cu).abs() < 1e-6 && (v - cv).abs() < 1e-6,
+                "{u} {v} vs {cu} {cv}"
+            );
+        }
+    }
+}

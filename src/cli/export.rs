@@ -9,7 +9,8 @@ use clap::{Args, ValueEnum};
 
 use crate::record::export::colmap::{ColmapOptions, ImageMode};
 use crate::record::export::{
-    CloudOptions, OutputKind, OutputPlan, Up, colmap, gather_cloud_in, glb, ply, sessions, tum,
+    CloudOptions, OutputKind, OutputPlan, Up, colmap, gather_cloud_in, glb, nerfstudio, ply,
+    sessions, tum,
 };
 use crate::record::{SESSION_FILE, SessionReader};
 
@@ -80,6 +81,10 @@ pub struct ExportArgs {
     /// recording with several writes one set of outputs per session, suffixed `-session-N`.
     #[arg(long = "session", value_name = "N")]
     pub session_index: Option<usize>,
+    /// nerfstudio dataset in this directory: transforms.json and images/ (the same images and
+    /// cameras as --colmap's, chosen by --colmap-images).
+    #[arg(long, value_name = "DIR")]
+    pub nerfstudio: Option<PathBuf>,
     /// GLB scene: the cloud as points and the cameras as frustums.
     #[arg(long, value_name = "FILE")]
     pub glb: Option<PathBuf>,
@@ -206,8 +211,15 @@ fn colmap_images(
 }
 
 fn check_numbers(args: &ExportArgs) -> anyhow::Result<()> {
-    if args.ply.is_none() && args.tum.is_none() && args.colmap.is_none() && args.glb.is_none() {
-        bail!("nothing to export: give at least one of --ply, --tum, --colmap, --glb");
+    if args.ply.is_none()
+        && args.tum.is_none()
+        && args.colmap.is_none()
+        && args.glb.is_none()
+        && args.nerfstudio.is_none()
+    {
+        bail!(
+            "nothing to export: give at least one of --ply, --tum, --colmap, --glb, --nerfstudio"
+        );
     }
     if let Some(v) = args.voxel
         && !(v.is_finite() && v > 0.0)
@@ -234,10 +246,14 @@ fn check_numbers(args: &ExportArgs) -> anyhow::Result<()> {
     if args.session_index == Some(0) {
         bail!("--session counts from 1 (the recording's first model session)");
     }
+    if args.colmap.is_none() && args.colmap_text {
+        bail!("--colmap-text goes with --colmap DIR");
+    }
     if args.colmap.is_none()
-        && (args.colmap_text || args.colmap_images.is_some() || args.images_from.is_some())
+        && args.nerfstudio.is_none()
+        && (args.colmap_images.is_some() || args.images_from.is_some())
     {
-        bail!("--colmap-text, --colmap-images and --images-from go with --colmap DIR");
+        bail!("--colmap-images and --images-from go with --colmap DIR or --nerfstudio DIR");
     }
     Ok(())
 }
@@ -250,6 +266,7 @@ fn plan_outputs(args: &ExportArgs, input: &Path, sessions: &[usize]) -> anyhow::
         ("--tum", &args.tum, OutputKind::File),
         ("--colmap", &args.colmap, OutputKind::ColmapDir),
         ("--glb", &args.glb, OutputKind::File),
+        ("--nerfstudio", &args.nerfstudio, OutputKind::NerfstudioDir),
     ];
     for (flag, path, kind) in outputs {
         let Some(path) = path else { continue };
@@ -386,6 +403,27 @@ fn export_one(
         };
         let r = colmap::export_colmap(&dir, reader, frames.clone(), &cloud, &options)?;
         print_colmap(&dir, &options, &r);
+    }
+    if let Some(dir) = &args.nerfstudio {
+        let dir = out(dir);
+        let (images, why) = colmap_images(args, reader, &frames)?;
+        if let Some(why) = why {
+            println!("note:    {why}");
+        }
+        let options = ColmapOptions {
+            text: false,
+            images,
+            max_points: 0,
+            up,
+        };
+        let r = nerfstudio::export_nerfstudio(&dir, reader, frames.clone(), &options)?;
+        println!(
+            "nerfstudio: {} (transforms.json, {} frames; {} images linked, {} copied)",
+            dir.display(),
+            r.images,
+            r.images_linked,
+            r.images_copied
+        );
     }
     if let Some(path) = &args.glb {
         let path = out(path);

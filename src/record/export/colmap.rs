@@ -372,32 +372,56 @@ pub fn export_colmap(
         let mut report = ColmapReport::default();
         let (model, kept) = build_model(reader, frames.clone(), cloud, options, &mut report);
         colmap_io::write_model(&built.join("sparse").join("0"), &model, options.text)?;
-        let images_dir = built.join("images");
-        if options.images != ImageMode::None {
-            std::fs::create_dir_all(&images_dir).map_err(|e| RecordError::io(&images_dir, e))?;
-        }
-        for (image, &i) in model.images.iter().zip(&kept) {
-            let target = images_dir.join(&image.name);
-            match (&options.images, &originals) {
-                (ImageMode::Original(_), Some(files)) => {
-                    let source = &files[i - frames.start];
-                    if std::fs::hard_link(source, &target).is_ok() {
-                        report.images_linked += 1;
-                    } else {
-                        // Another file system: a copy.
-                        std::fs::copy(source, &target).map_err(|e| RecordError::io(source, e))?;
-                        report.images_copied += 1;
-                    }
-                }
-                (ImageMode::Model, _) => match reader.image_jpeg(i)? {
-                    Some((_, _, jpeg)) => {
-                        std::fs::write(&target, jpeg).map_err(|e| RecordError::io(&target, e))?
-                    }
-                    None => report.images_without_jpeg += 1,
-                },
-                _ => {}
-            }
-        }
+        place_images(
+            &built.join("images"),
+            reader,
+            &model,
+            &kept,
+            &options.images,
+            originals.as_deref().map(|files| (frames.start, files)),
+            &mut report,
+        )?;
         Ok(report)
     })
+}
+
+/// Puts the model's images into `images_dir`: the user's frames (`originals`: the first
+/// frame's index and the files, from [`original_files`]) linked or copied, or the recorded
+/// model input; nothing for [`ImageMode::None`]. `kept[k]` is image `k`'s frame.
+pub(crate) fn place_images(
+    images_dir: &Path,
+    reader: &SessionReader,
+    model: &Model,
+    kept: &[usize],
+    mode: &ImageMode,
+    originals: Option<(usize, &[PathBuf])>,
+    report: &mut ColmapReport,
+) -> Result<(), RecordError> {
+    if *mode == ImageMode::None {
+        return Ok(());
+    }
+    std::fs::create_dir_all(images_dir).map_err(|e| RecordError::io(images_dir, e))?;
+    for (image, &i) in model.images.iter().zip(kept) {
+        let target = images_dir.join(&image.name);
+        match (mode, originals) {
+            (ImageMode::Original(_), Some((first, files))) => {
+                let source = &files[i - first];
+                if std::fs::hard_link(source, &target).is_ok() {
+                    report.images_linked += 1;
+                } else {
+                    // Another file system: a copy.
+                    std::fs::copy(source, &target).map_err(|e| RecordError::io(source, e))?;
+                    report.images_copied += 1;
+                }
+            }
+            (ImageMode::Model, _) => match reader.image_jpeg(i)? {
+                Some((_, _, jpeg)) => {
+                    std::fs::write(&target, jpeg).map_err(|e| RecordError::io(&target, e))?
+                }
+                None => report.images_without_jpeg += 1,
+            },
+            _ => {}
+        }
+    }
+    Ok(())
 }

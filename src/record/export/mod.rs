@@ -6,6 +6,7 @@ pub mod cloud;
 pub mod colmap;
 pub mod colmap_io;
 pub mod glb;
+pub mod nerfstudio;
 pub mod normals;
 pub mod output;
 pub mod ply;

@@ -73,6 +73,35 @@ pub enum OutputKind {
     File,
     /// A COLMAP model's folder.
     ColmapDir,
+    /// A nerfstudio dataset's folder (`transforms.json`, `images/`).
+    NerfstudioDir,
+    /// A folder of depth and confidence maps.
+    DepthDir,
+}
+
+/// What a nerfstudio export writes into its folder.
+pub const NERFSTUDIO_ENTRIES: [&str; 2] = ["transforms.json", "images"];
+
+impl OutputKind {
+    /// The names an export of this kind writes into its folder (none for a file); a folder
+    /// holding only these may be replaced with `--force`.
+    fn entries(self) -> Option<&'static [&'static str]> {
+        match self {
+            OutputKind::File => None,
+            OutputKind::ColmapDir => Some(&COLMAP_ENTRIES),
+            OutputKind::NerfstudioDir => Some(&NERFSTUDIO_ENTRIES),
+            OutputKind::DepthDir => Some(&[]),
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            OutputKind::File => "file",
+            OutputKind::ColmapDir => "COLMAP model",
+            OutputKind::NerfstudioDir => "nerfstudio dataset",
+            OutputKind::DepthDir => "depth export",
+        }
+    }
 }
 
 /// The outputs of one export, checked against its inputs and each other before anything is
@@ -111,7 +140,7 @@ impl OutputPlan {
                     input.display()
                 )));
             }
-            if kind == OutputKind::ColmapDir && input.starts_with(&target) {
+            if kind != OutputKind::File && input.starts_with(&target) {
                 return Err(refuse(format!(
                     "holds the session being exported ({}); choose another folder",
                     input.display()
@@ -138,23 +167,26 @@ impl OutputPlan {
                     ));
                 }
             }
-            OutputKind::ColmapDir => {
+            OutputKind::ColmapDir | OutputKind::NerfstudioDir | OutputKind::DepthDir => {
                 if target.exists() && !target.is_dir() {
                     return Err(refuse("exists and is not a folder".into()));
                 }
                 let entries = dir_entries(&target).map_err(|e| RecordError::io(path, e))?;
                 if !entries.is_empty() && !self.force {
-                    return Err(refuse(
-                        "holds files; pass --force to replace the COLMAP model in it".into(),
-                    ));
-                }
-                if let Some(foreign) = entries
-                    .iter()
-                    .find(|n| !COLMAP_ENTRIES.contains(&n.as_str()))
-                {
                     return Err(refuse(format!(
-                        "holds `{foreign}`, which a COLMAP export does not write; not replacing \
-                         a folder that is not a COLMAP model"
+                        "holds files; pass --force to replace the {} in it",
+                        kind.what()
+                    )));
+                }
+                let ours = kind.entries().unwrap_or_default();
+                if let Some(foreign) = entries.iter().find(|n| {
+                    !ours.contains(&n.as_str())
+                        && !(kind == OutputKind::DepthDir && is_depth_entry(n))
+                }) {
+                    return Err(refuse(format!(
+                        "holds `{foreign}`, which a {what} export does not write; not replacing \
+                         a folder that is not a {what}",
+                        what = kind.what()
                     )));
                 }
             }
@@ -162,6 +194,11 @@ impl OutputPlan {
         self.claimed.push((flag.to_string(), target));
         Ok(())
     }
+}
+
+/// What a depth export writes: `depth.json` and the maps' PNGs.
+fn is_depth_entry(name: &str) -> bool {
+    name == "depth.json" || name.ends_with(".depth.png") || name.ends_with(".confidence.png")
 }
 
 /// The names in a folder (none when it does not exist).
