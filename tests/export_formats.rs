@@ -270,3 +270,47 @@ fn glb_reads_back_with_the_gltf_crate() {
     glb::write_glb(&mut bytes, empty.frames(), &Default::default(), None).unwrap();
     gltf::Gltf::from_slice(&bytes).unwrap();
 }
+
+#[test]
+fn depth_maps_come_back_from_their_16_bit_pngs_and_scales() {
+    use streamrecon::record::Parts;
+    use streamrecon::record::export::depth::export_depth;
+    let (reader, _) = session(3);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("depth");
+    let report = export_depth(&out, &reader, 0..3, reader.frames()).unwrap();
+    assert_eq!(report.frames, 3);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("depth.json")).unwrap()).unwrap();
+    let frames = doc["frames"].as_array().unwrap();
+    assert_eq!(frames.len(), 3);
+    for (i, f) in frames.iter().enumerate() {
+        let recorded = reader
+            .read_frame(
+                i,
+                Parts {
+                    image: false,
+                    maps: true,
+                },
+            )
+            .unwrap();
+        for (key, values) in [
+            ("depth", &recorded.depth),
+            ("confidence", &recorded.confidence),
+        ] {
+            let png = image::open(out.join(f[key].as_str().unwrap())).unwrap();
+            let png = png.as_luma16().expect("16-bit grayscale");
+            assert_eq!((png.width(), png.height()), (16, 12));
+            let scale = f[format!("{key}_scale")].as_f64().unwrap();
+            assert!(scale > 0.0);
+            for (level, want) in png.pixels().zip(values.iter()) {
+                let got = f64::from(level.0[0]) * scale;
+                assert!(
+                    (got - f64::from(*want)).abs() <= scale * 0.5 + 1e-9,
+                    "{key} of frame {i}: {got} vs {want}"
+                );
+            }
+        }
+        assert_eq!(f["source"], reader.frames()[i].origin.name.as_str());
+    }
+}

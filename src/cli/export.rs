@@ -9,7 +9,7 @@ use clap::{Args, ValueEnum};
 
 use crate::record::export::colmap::{ColmapOptions, ImageMode};
 use crate::record::export::{
-    CloudOptions, OutputKind, OutputPlan, Up, colmap, gather_cloud_in, glb, nerfstudio, ply,
+    CloudOptions, OutputKind, OutputPlan, Up, colmap, depth, gather_cloud_in, glb, nerfstudio, ply,
     sessions, tum,
 };
 use crate::record::{SESSION_FILE, SessionReader};
@@ -85,6 +85,10 @@ pub struct ExportArgs {
     /// cameras as --colmap's, chosen by --colmap-images).
     #[arg(long, value_name = "DIR")]
     pub nerfstudio: Option<PathBuf>,
+    /// Depth and confidence maps in this directory: 16-bit PNGs per frame and depth.json with
+    /// their scales, intrinsics and poses.
+    #[arg(long, value_name = "DIR")]
+    pub depth: Option<PathBuf>,
     /// GLB scene: the cloud as points and the cameras as frustums.
     #[arg(long, value_name = "FILE")]
     pub glb: Option<PathBuf>,
@@ -267,6 +271,7 @@ fn plan_outputs(args: &ExportArgs, input: &Path, sessions: &[usize]) -> anyhow::
         ("--colmap", &args.colmap, OutputKind::ColmapDir),
         ("--glb", &args.glb, OutputKind::File),
         ("--nerfstudio", &args.nerfstudio, OutputKind::NerfstudioDir),
+        ("--depth", &args.depth, OutputKind::DepthDir),
     ];
     for (flag, path, kind) in outputs {
         let Some(path) = path else { continue };
@@ -424,6 +429,22 @@ fn export_one(
             r.images_linked,
             r.images_copied
         );
+    }
+    if let Some(dir) = &args.depth {
+        let dir = out(dir);
+        let r = depth::export_depth(&dir, reader, frames.clone(), infos)?;
+        println!(
+            "depth:   {} ({} frames of depth and confidence)",
+            dir.display(),
+            r.frames
+        );
+        if r.frames_without_depth > 0 {
+            eprintln!(
+                "warning: {} frames have no depth map recorded: left out of {}",
+                r.frames_without_depth,
+                dir.display()
+            );
+        }
     }
     if let Some(path) = &args.glb {
         let path = out(path);

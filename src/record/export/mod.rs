@@ -5,6 +5,7 @@ pub mod camera_geometry;
 pub mod cloud;
 pub mod colmap;
 pub mod colmap_io;
+pub mod depth;
 pub mod glb;
 pub mod nerfstudio;
 pub mod normals;
