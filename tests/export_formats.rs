@@ -205,7 +205,7 @@ fn glb_reads_back_with_the_gltf_crate() {
     let (reader, results) = session(3);
     let cloud = gather_cloud(&reader, options()).unwrap();
     let mut bytes = Vec::new();
-    glb::write_glb(&mut bytes, reader.frames(), &cloud, Some(0.2)).unwrap();
+    glb::write_glb(&mut bytes, reader.frames(), &cloud, Some(0.2), false).unwrap();
     let parsed = gltf::Gltf::from_slice(&bytes).unwrap();
     let blob = parsed.blob.clone().expect("a BIN chunk");
     let want = expected_points(&results);
@@ -267,7 +267,7 @@ fn glb_reads_back_with_the_gltf_crate() {
     w.flush().unwrap();
     let empty = SessionReader::from_bytes("e", w.finish().unwrap()).unwrap();
     let mut bytes = Vec::new();
-    glb::write_glb(&mut bytes, empty.frames(), &Default::default(), None).unwrap();
+    glb::write_glb(&mut bytes, empty.frames(), &Default::default(), None, true).unwrap();
     gltf::Gltf::from_slice(&bytes).unwrap();
 }
 
@@ -313,4 +313,58 @@ fn depth_maps_come_back_from_their_16_bit_pngs_and_scales() {
         }
         assert_eq!(f["source"], reader.frames()[i].origin.name.as_str());
     }
+}
+
+#[test]
+fn glb_cameras_are_one_node_per_keyframe_looking_where_the_frame_did() {
+    use streamrecon::frame::FrameType;
+    let (reader, results) = session(7);
+    let cloud = gather_cloud(&reader, options()).unwrap();
+    let mut bytes = Vec::new();
+    glb::write_glb(&mut bytes, reader.frames(), &cloud, None, true).unwrap();
+    let parsed = gltf::Gltf::from_slice(&bytes).unwrap();
+    let keyframes: Vec<&FrameResult> = results
+        .iter()
+        .filter(|r| r.frame_type != FrameType::NonKeyframe)
+        .collect();
+    assert!(keyframes.len() >= 3 && keyframes.len() < results.len());
+    let nodes: Vec<gltf::Node> = parsed
+        .document
+        .nodes()
+        .filter(|n| n.camera().is_some())
+        .collect();
+    assert_eq!(nodes.len(), keyframes.len());
+    for (node, r) in nodes.iter().zip(&keyframes) {
+        let m = Mat4::from_cols_array_2d(&node.transform().matrix());
+        assert!(
+            m.transform_point3(Vec3::ZERO)
+                .abs_diff_eq(r.camera_position(), 1e-5)
+        );
+        // glTF cameras look down their −z: the frame's optical axis.
+        let look = m.transform_vector3(Vec3::NEG_Z);
+        let axis = r.world_from_camera.transform_vector3(Vec3::Z);
+        assert!(look.abs_diff_eq(axis, 1e-5), "{look} vs {axis}");
+        let up = m.transform_vector3(Vec3::Y);
+        assert!(up.abs_diff_eq(r.world_from_camera.transform_vector3(Vec3::NEG_Y), 1e-5));
+        match node.camera().unwrap().projection() {
+            gltf::camera::Projection::Perspective(p) => {
+                let k = r.intrinsics;
+                let want = 2.0 * (k.height as f32 / (2.0 * k.fy)).atan();
+                assert!((p.yfov() - want).abs() < 1e-6);
+                assert_eq!(p.aspect_ratio(), Some(k.width as f32 / k.height as f32));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Under the root, like the cloud: the same turn applies to both.
+    let root = parsed
+        .document
+        .scenes()
+        .next()
+        .unwrap()
+        .nodes()
+        .next()
+        .unwrap();
+    let children: Vec<usize> = root.children().map(|c| c.index()).collect();
+    assert!(nodes.iter().all(|n| children.contains(&n.index())));
 }

@@ -92,6 +92,9 @@ pub struct ExportArgs {
     /// GLB scene: the cloud as points and the cameras as frustums.
     #[arg(long, value_name = "FILE")]
     pub glb: Option<PathBuf>,
+    /// Add a glTF camera per keyframe to the GLB (Blender: look through a frame).
+    #[arg(long)]
+    pub glb_cameras: bool,
     /// Leave out points with confidence below this.
     #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
     pub min_confidence: f32,
@@ -243,6 +246,9 @@ fn check_numbers(args: &ExportArgs) -> anyhow::Result<()> {
     }
     if args.normals && args.ply.is_none() {
         bail!("--normals goes with --ply FILE (the normals are PLY properties)");
+    }
+    if args.glb_cameras && args.glb.is_none() {
+        bail!("--glb-cameras goes with --glb FILE");
     }
     if args.max_points == 0 {
         bail!("--max-points must be at least 1");
@@ -448,7 +454,7 @@ fn export_one(
     }
     if let Some(path) = &args.glb {
         let path = out(path);
-        glb::export_glb(&path, infos, &cloud, args.frustum_size)?;
+        glb::export_glb(&path, infos, &cloud, args.frustum_size, args.glb_cameras)?;
         println!(
             "glb:     {} ({} points, {} cameras)",
             path.display(),

@@ -13,6 +13,7 @@ use glam::Vec3;
 use serde_json::{Value, json};
 
 use super::Cloud;
+use crate::frame::FrameType;
 use crate::record::{FrameInfo, RecordError};
 
 const ARRAY_BUFFER: u32 = 34962;
@@ -74,7 +75,47 @@ fn bounds(points: impl Iterator<Item = Vec3>) -> (Value, Value) {
 }
 
 /// Builds the glTF JSON and the binary buffer.
-fn build(frames: &[FrameInfo], cloud: &Cloud, frustum_depth: Option<f32>) -> (Value, Vec<u8>) {
+/// One glTF camera node per keyframe (scale frames and keyframes: the frames the model keeps),
+/// placed like the frame's camera: glTF cameras look down −z with y up, so the OpenCV-like
+/// camera's y and z are negated. The perspective's `yfov` and `aspectRatio` are the frame's
+/// (model input size); a glTF camera has no principal point, so an off-centre one is not kept.
+fn camera_nodes(frames: &[FrameInfo]) -> (Vec<Value>, Vec<Value>) {
+    let mut cameras = Vec::new();
+    let mut nodes = Vec::new();
+    let flip = glam::Mat4::from_diagonal(glam::Vec4::new(1.0, -1.0, -1.0, 1.0));
+    for info in frames {
+        if info.frame_type == FrameType::NonKeyframe {
+            continue;
+        }
+        let Some(k) = info.intrinsics.filter(|k| k.fy > 0.0 && k.height > 0) else {
+            continue;
+        };
+        let yfov = 2.0 * (k.height as f32 / (2.0 * k.fy)).atan();
+        cameras.push(json!({
+            "type": "perspective",
+            "name": info.origin.name,
+            "perspective": {
+                "yfov": yfov,
+                "aspectRatio": k.width as f32 / k.height as f32,
+                "znear": 0.01
+            }
+        }));
+        let m = info.world_from_camera * flip;
+        nodes.push(json!({
+            "name": format!("camera {} ({})", info.frame, info.origin.name),
+            "camera": cameras.len() - 1,
+            "matrix": m.to_cols_array(),
+        }));
+    }
+    (cameras, nodes)
+}
+
+fn build(
+    frames: &[FrameInfo],
+    cloud: &Cloud,
+    frustum_depth: Option<f32>,
+    with_cameras: bool,
+) -> (Value, Vec<u8>) {
     let mut bin: Vec<u8> = Vec::new();
     let mut views = Vec::new();
     let mut accessors = Vec::new();
@@ -192,6 +233,13 @@ fn build(frames: &[FrameInfo], cloud: &Cloud, frustum_depth: Option<f32>) -> (Va
         .enumerate()
         .map(|(i, m)| json!({ "name": m["name"], "mesh": i }))
         .collect();
+    let (gltf_cameras, mut camera_nodes) = if with_cameras {
+        camera_nodes(frames)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let mut mesh_nodes = mesh_nodes;
+    mesh_nodes.append(&mut camera_nodes);
     let children: Vec<usize> = (1..=mesh_nodes.len()).collect();
     let mut root = json!({
         "name": "session (export world, taken as z-up)",
@@ -210,6 +258,9 @@ fn build(frames: &[FrameInfo], cloud: &Cloud, frustum_depth: Option<f32>) -> (Va
         "scenes": [{ "nodes": [0] }],
         "nodes": nodes,
     });
+    if !gltf_cameras.is_empty() {
+        gltf["cameras"] = json!(gltf_cameras);
+    }
     if cameras > 0 {
         gltf["materials"] = json!([{
             "name": "frustum",
@@ -230,8 +281,9 @@ pub fn write_glb(
     frames: &[FrameInfo],
     cloud: &Cloud,
     frustum_depth: Option<f32>,
+    with_cameras: bool,
 ) -> io::Result<()> {
-    let (gltf, bin) = build(frames, cloud, frustum_depth);
+    let (gltf, bin) = build(frames, cloud, frustum_depth, with_cameras);
     let mut json = serde_json::to_vec(&gltf).map_err(io::Error::other)?;
     while json.len() % 4 != 0 {
         json.push(b' ');
@@ -259,6 +311,9 @@ pub fn export_glb(
     frames: &[FrameInfo],
     cloud: &Cloud,
     frustum_depth: Option<f32>,
+    with_cameras: bool,
 ) -> Result<(), RecordError> {
-    super::write_file(path, |w| write_glb(w, frames, cloud, frustum_depth))
+    super::write_file(path, |w| {
+        write_glb(w, frames, cloud, frustum_depth, with_cameras)
+    })
 }
