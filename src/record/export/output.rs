@@ -179,10 +179,11 @@ impl OutputPlan {
                     )));
                 }
                 let ours = kind.entries().unwrap_or_default();
-                if let Some(foreign) = entries.iter().find(|n| {
-                    !ours.contains(&n.as_str())
-                        && !(kind == OutputKind::DepthDir && is_depth_entry(n))
-                }) {
+                let is_ours = |n: &String| {
+                    ours.contains(&n.as_str())
+                        || (kind == OutputKind::DepthDir && is_depth_entry(n))
+                };
+                if let Some(foreign) = entries.iter().find(|n| !is_ours(n)) {
                     return Err(refuse(format!(
                         "holds `{foreign}`, which a {what} export does not write; not replacing \
                          a folder that is not a {what}",
