@@ -274,11 +274,11 @@ fn glb_reads_back_with_the_gltf_crate() {
 #[test]
 fn depth_maps_come_back_from_their_16_bit_pngs_and_scales() {
     use streamrecon::record::Parts;
-    use streamrecon::record::export::depth::export_depth;
+    use streamrecon::record::export::depth::{DepthFormat, export_depth};
     let (reader, _) = session(3);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("depth");
-    let report = export_depth(&out, &reader, 0..3, reader.frames()).unwrap();
+    let report = export_depth(&out, &reader, 0..3, reader.frames(), DepthFormat::Png16).unwrap();
     assert_eq!(report.frames, 3);
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("depth.json")).unwrap()).unwrap();
@@ -367,4 +367,42 @@ fn glb_cameras_are_one_node_per_keyframe_looking_where_the_frame_did() {
         .unwrap();
     let children: Vec<usize> = root.children().map(|c| c.index()).collect();
     assert!(nodes.iter().all(|n| children.contains(&n.index())));
+}
+
+#[test]
+fn depth_npy_files_hold_the_recorded_maps_bit_for_bit() {
+    use streamrecon::record::Parts;
+    use streamrecon::record::export::depth::{DepthFormat, export_depth};
+    let (reader, _) = session(2);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("depth");
+    export_depth(&out, &reader, 0..2, reader.frames(), DepthFormat::Npy).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("depth.json")).unwrap()).unwrap();
+    for (i, f) in doc["frames"].as_array().unwrap().iter().enumerate() {
+        let bytes = std::fs::read(out.join(f["depth"].as_str().unwrap())).unwrap();
+        // NumPy's format 1.0: magic, version, u16 header length, the header dict, the data.
+        assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+        let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+        assert_eq!((10 + len) % 64, 0, "data starts 64-byte aligned");
+        let header = std::str::from_utf8(&bytes[10..10 + len]).unwrap();
+        assert!(header.contains("'descr': '<f4'"), "{header}");
+        assert!(header.contains("'fortran_order': False"), "{header}");
+        assert!(header.contains("'shape': (12, 16)"), "{header}");
+        assert!(header.ends_with('\n'));
+        let values: Vec<f32> = bytes[10 + len..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let recorded = reader
+            .read_frame(
+                i,
+                Parts {
+                    image: false,
+                    maps: true,
+                },
+            )
+            .unwrap();
+        assert_eq!(values, recorded.depth);
+    }
 }

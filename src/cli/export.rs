@@ -89,6 +89,9 @@ pub struct ExportArgs {
     /// their scales, intrinsics and poses.
     #[arg(long, value_name = "DIR")]
     pub depth: Option<PathBuf>,
+    /// Store the --depth maps as float32 .npy files (values as recorded) instead of PNGs.
+    #[arg(long)]
+    pub depth_npy: bool,
     /// GLB scene: the cloud as points and the cameras as frustums.
     #[arg(long, value_name = "FILE")]
     pub glb: Option<PathBuf>,
@@ -246,6 +249,9 @@ fn check_numbers(args: &ExportArgs) -> anyhow::Result<()> {
     }
     if args.normals && args.ply.is_none() {
         bail!("--normals goes with --ply FILE (the normals are PLY properties)");
+    }
+    if args.depth_npy && args.depth.is_none() {
+        bail!("--depth-npy goes with --depth DIR");
     }
     if args.glb_cameras && args.glb.is_none() {
         bail!("--glb-cameras goes with --glb FILE");
@@ -438,7 +444,12 @@ fn export_one(
     }
     if let Some(dir) = &args.depth {
         let dir = out(dir);
-        let r = depth::export_depth(&dir, reader, frames.clone(), infos)?;
+        let format = if args.depth_npy {
+            depth::DepthFormat::Npy
+        } else {
+            depth::DepthFormat::Png16
+        };
+        let r = depth::export_depth(&dir, reader, frames.clone(), infos, format)?;
         println!(
             "depth:   {} ({} frames of depth and confidence)",
             dir.display(),

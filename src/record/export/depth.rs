@@ -5,6 +5,7 @@
 //! `max / 65535`, so a map keeps 16 bits over its own range. The maps are at the model's
 //! input size; `depth.json` also gives that frame's intrinsics on it (pixel centres at
 //! integers, as the session records them) and its camera-to-world pose in the export's world.
+//! [`DepthFormat::Npy`] writes float32 `.npy` files instead, values as recorded.
 
 use std::ops::Range;
 use std::path::Path;
@@ -13,6 +14,17 @@ use serde_json::json;
 
 use crate::frame::camera::row_major;
 use crate::record::{FrameInfo, Parts, RecordError, SessionReader};
+
+/// How the maps are stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DepthFormat {
+    /// 16-bit grayscale PNG with the scale in `depth.json`.
+    #[default]
+    Png16,
+    /// NumPy `.npy`, little-endian float32 `(height, width)`, the values as recorded (f16
+    /// widened); a missing value is NaN. No scale (`depth_scale` is 1).
+    Npy,
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DepthReport {
@@ -57,6 +69,51 @@ fn save_png(path: &Path, width: u32, height: u32, levels: Vec<u16>) -> Result<()
     })
 }
 
+/// A NumPy 1.0 `.npy` of `values` as `<f4` with shape (height, width): the magic, the header
+/// dict padded with spaces to a 64-byte boundary and ended by a newline, then the data.
+fn npy(width: u32, height: u32, values: &[f32]) -> Vec<u8> {
+    let dict =
+        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({height}, {width}), }}");
+    let unpadded = 10 + dict.len() + 1;
+    let pad = unpadded.next_multiple_of(64) - unpadded;
+    let header = format!("{dict}{}\n", " ".repeat(pad));
+    let mut out = Vec::with_capacity(10 + header.len() + values.len() * 4);
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for v in values {
+        let v = if v.is_finite() { *v } else { f32::NAN };
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// Writes one map as `format`, returning its file name and scale.
+fn save_map(
+    dir: &Path,
+    stem: &str,
+    kind: &str,
+    k: &crate::frame::Intrinsics,
+    values: &[f32],
+    format: DepthFormat,
+) -> Result<(String, f64), RecordError> {
+    match format {
+        DepthFormat::Png16 => {
+            let name = format!("{stem}.{kind}.png");
+            let (levels, scale) = quantise(values);
+            save_png(&dir.join(&name), k.width, k.height, levels)?;
+            Ok((name, scale))
+        }
+        DepthFormat::Npy => {
+            let name = format!("{stem}.{kind}.npy");
+            let path = dir.join(&name);
+            let bytes = npy(k.width, k.height, values);
+            super::write_file(&path, |w| std::io::Write::write_all(w, &bytes))?;
+            Ok((name, 1.0))
+        }
+    }
+}
+
 /// Writes the maps of `frames` into `dir` (built aside, swapped in whole). `posed` are those
 /// frames with their poses in the export world ([`super::Up::frames`]).
 pub fn export_depth(
@@ -64,6 +121,7 @@ pub fn export_depth(
     reader: &SessionReader,
     frames: Range<usize>,
     posed: &[FrameInfo],
+    format: DepthFormat,
 ) -> Result<DepthReport, RecordError> {
     let mut plan = super::OutputPlan::new(&[reader.path()], true);
     plan.claim("depth folder", dir, super::OutputKind::DepthDir)?;
@@ -89,9 +147,8 @@ pub fn export_depth(
                 continue;
             }
             let stem = names[i].trim_end_matches(".jpg").to_string();
-            let (depth, depth_scale) = quantise(&maps.depth);
-            let depth_file = format!("{stem}.depth.png");
-            save_png(&built.join(&depth_file), k.width, k.height, depth)?;
+            let (depth_file, depth_scale) =
+                save_map(built, &stem, "depth", &k, &maps.depth, format)?;
             let mut entry = json!({
                 "frame": info.frame,
                 "source": info.origin.name,
@@ -103,9 +160,8 @@ pub fn export_depth(
                 "world_from_camera": row_major(&info.world_from_camera),
             });
             if maps.confidence.len() == n {
-                let (conf, conf_scale) = quantise(&maps.confidence);
-                let conf_file = format!("{stem}.confidence.png");
-                save_png(&built.join(&conf_file), k.width, k.height, conf)?;
+                let (conf_file, conf_scale) =
+                    save_map(built, &stem, "confidence", &k, &maps.confidence, format)?;
                 entry["confidence"] = conf_file.into();
                 entry["confidence_scale"] = conf_scale.into();
             }
@@ -113,7 +169,10 @@ pub fn export_depth(
             report.frames += 1;
         }
         let doc = json!({
-            "format": "value = 16-bit PNG level × scale; level 0: no value",
+            "format": match format {
+                DepthFormat::Png16 => "value = 16-bit PNG level × scale; level 0: no value",
+                DepthFormat::Npy => "float32 .npy (height, width) as recorded; NaN: no value",
+            },
             "depth": "z depth along the camera's optical axis, in the session's scene units",
             "intrinsics": "model input pixels, pixel centres at integer coordinates",
             "frames": entries,

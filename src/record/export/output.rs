@@ -199,7 +199,15 @@ impl OutputPlan {
 
 /// What a depth export writes: `depth.json` and the maps' PNGs.
 fn is_depth_entry(name: &str) -> bool {
-    name == "depth.json" || name.ends_with(".depth.png") || name.ends_with(".confidence.png")
+    name == "depth.json"
+        || [
+            ".depth.png",
+            ".confidence.png",
+            ".depth.npy",
+            ".confidence.npy",
+        ]
+        .iter()
+        .any(|ext| name.ends_with(ext))
 }
 
 /// The names in a folder (none when it does not exist).
