@@ -1,8 +1,8 @@
-//! `streamrecon export SESSION`: the recorded cloud and trajectory in other tools' formats.
-
-use std::path::{Path, PathBuf};
+//! `streamrecon export SESSION`: the recorded cloud, trajectory, cameras and maps in other
+//! tools' formats (docs/recording-format.md, "Exports").
 
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
@@ -148,29 +148,6 @@ pub fn open_session(path: &Path) -> anyhow::Result<SessionReader> {
     Ok(reader)
 }
 
-/// `path` with `-session-N` before its extension (`cloud.ply` → `cloud-session-2.ply`).
-pub fn suffixed(path: &Path, n: usize) -> PathBuf {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let name = match path.extension() {
-        Some(ext) => format!("{stem}-session-{n}.{}", ext.to_string_lossy()),
-        None => format!("{stem}-session-{n}"),
-    };
-    path.with_file_name(name)
-}
-
-/// The folder the session's frames were read from, as the recording's header names it.
-fn recorded_input_folder(reader: &SessionReader) -> Option<PathBuf> {
-    let config = reader.config();
-    ["input_path", "input"]
-        .iter()
-        .filter_map(|key| config[*key].as_str())
-        .map(PathBuf::from)
-        .find(|p| p.is_dir())
-}
-
 /// Which images the COLMAP model gets, and a line saying why when it was not asked for.
 fn colmap_images(
     args: &ExportArgs,
@@ -180,7 +157,7 @@ fn colmap_images(
     let folder = args
         .images_from
         .clone()
-        .or_else(|| recorded_input_folder(reader));
+        .or_else(|| colmap::recorded_input_folder(reader));
     Ok(match args.colmap_images {
         Some(ColmapImages::Model) => (ImageMode::Model, None),
         Some(ColmapImages::None) => (ImageMode::None, None),
@@ -291,7 +268,7 @@ fn plan_outputs(args: &ExportArgs, input: &Path, sessions: &[usize]) -> anyhow::
             plan.claim(flag, path, kind)?;
         }
         for &n in sessions {
-            plan.claim(flag, &suffixed(path, n), kind)?;
+            plan.claim(flag, &sessions::suffixed(path, n), kind)?;
         }
     }
     Ok(())
@@ -366,7 +343,7 @@ fn export_one(
     suffix: Option<usize>,
 ) -> anyhow::Result<()> {
     let out = |p: &Path| match suffix {
-        Some(n) => suffixed(p, n),
+        Some(n) => sessions::suffixed(p, n),
         None => p.to_path_buf(),
     };
     let up = Up::from(args.up);

@@ -164,6 +164,18 @@ fn names_for(reader: &SessionReader, frames: Range<usize>, mode: &ImageMode) -> 
     }))
 }
 
+/// The folder the session's frames were read from, as the recording's header names it and
+/// as it exists here: `input_path` (absolute, written by `run` for an image folder), else
+/// `input` when it is a folder (older sessions; relative to where the export runs).
+pub fn recorded_input_folder(reader: &SessionReader) -> Option<PathBuf> {
+    let config = reader.config();
+    ["input_path", "input"]
+        .iter()
+        .filter_map(|key| config[*key].as_str())
+        .map(PathBuf::from)
+        .find(|p| p.is_dir())
+}
+
 /// Checks that every frame of `frames` is a file in `dir` at the size the session recorded,
 /// and returns those files. The error names the first frame that is not.
 pub fn original_files(

@@ -7,6 +7,7 @@
 //! the recorder could not write does not merge sessions).
 
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 
 use crate::frame::FrameType;
 use crate::record::SessionReader;
@@ -43,4 +44,18 @@ pub fn model_sessions(reader: &SessionReader) -> Vec<Range<usize>> {
         begin = s;
     }
     out
+}
+
+/// `path` with `-session-N` before its extension (`cloud.ply` → `cloud-session-2.ply`,
+/// `colmap` → `colmap-session-2`): session N's output when each session gets its own.
+pub fn suffixed(path: &Path, n: usize) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-session-{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-session-{n}"),
+    };
+    path.with_file_name(name)
 }
