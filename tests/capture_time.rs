@@ -113,6 +113,9 @@ fn tum_named_folders_round_trip_their_names_and_times() {
         exported.to_str().unwrap(),
         "--colmap",
         colmap.to_str().unwrap(),
+        "--colmap-images",
+        "model",
+        "--colmap-text",
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(tum_times(&exported), want);
@@ -131,10 +134,12 @@ fn tum_named_folders_round_trip_their_names_and_times() {
         let jpg = format!("{time}.jpg");
         assert!(colmap.join("images").join(&jpg).is_file(), "{jpg}");
     }
-    let images = std::fs::read_to_string(colmap.join("images.txt")).unwrap();
+    let images = std::fs::read_to_string(colmap.join("sparse/0/images.txt")).unwrap();
+    // Two lines per image: the pose line (its name last), then its 2D points.
     let listed: Vec<&str> = images
         .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter(|l| !l.starts_with('#'))
+        .step_by(2)
         .map(|l| l.rsplit(' ').next().unwrap())
         .collect();
     let want_names: Vec<String> = named.iter().map(|(_, t)| format!("{t}.jpg")).collect();

@@ -58,9 +58,9 @@ fn export_writes_every_format_from_a_session_directory() {
     for f in [
         "cloud.ply",
         "traj.txt",
-        "colmap/cameras.txt",
-        "colmap/images.txt",
-        "colmap/points3D.txt",
+        "colmap/sparse/0/cameras.bin",
+        "colmap/sparse/0/images.bin",
+        "colmap/sparse/0/points3D.bin",
         "scene.glb",
     ] {
         assert!(out.join(f).is_file(), "{f} missing");
@@ -90,6 +90,65 @@ fn export_without_an_output_or_with_a_bad_voxel_says_why() {
     ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("--voxel"));
+}
+
+#[test]
+fn the_dataset_outputs_come_from_one_command_and_their_flags_need_their_output() {
+    let dir = tempfile::tempdir().unwrap();
+    record(dir.path(), 4);
+    let s = dir.path().to_str().unwrap().to_owned();
+    let p = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let o = streamrecon(&[
+        "export",
+        &s,
+        "--ply",
+        &p("n.ply"),
+        "--normals",
+        "--nerfstudio",
+        &p("ns"),
+        "--depth",
+        &p("depth"),
+        "--glb",
+        &p("s.glb"),
+        "--glb-cameras",
+        "--up",
+        "z",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(stdout.contains("with normals"), "{stdout}");
+    assert!(stdout.contains("4 frames of depth"), "{stdout}");
+    for f in ["ns/transforms.json", "depth/depth.json", "s.glb"] {
+        assert!(dir.path().join(f).is_file(), "{f}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("ns/images"))
+            .unwrap()
+            .count(),
+        4
+    );
+    let header = std::fs::read(p("n.ply")).unwrap();
+    assert!(text(&header[..300]).contains("property float nx"));
+    // A flag without the output it shapes is an error, not silently ignored.
+    for (flag, needs) in [
+        (vec!["--tum", "t.txt", "--normals"], "--ply"),
+        (vec!["--tum", "t.txt", "--glb-cameras"], "--glb"),
+        (vec!["--tum", "t.txt", "--depth-npy"], "--depth"),
+        (vec!["--tum", "t.txt", "--colmap-text"], "--colmap"),
+        (vec!["--tum", "t.txt", "--images-from", "x"], "--colmap"),
+        (vec!["--colmap", "c", "--max-points", "0"], "--max-points"),
+        (vec!["--tum", "t.txt", "--session", "0"], "--session"),
+    ] {
+        let mut args = vec!["export", s.as_str()];
+        args.extend(flag.iter().copied());
+        let o = streamrecon(&args);
+        assert!(!o.status.success(), "{flag:?}");
+        assert!(
+            text(&o.stderr).contains(needs),
+            "{flag:?}: {}",
+            text(&o.stderr)
+        );
+    }
 }
 
 #[test]

@@ -1,12 +1,11 @@
 //! Exporters, each checked by a reader that shares no code with the writer: ply-rs for PLY,
-//! the gltf crate for GLB, and parsers written here from the TUM and COLMAP text specs.
+//! the gltf crate for GLB, and a parser written here from the TUM spec (COLMAP: export_colmap.rs).
 
 use std::collections::HashSet;
-use std::path::Path;
 
 use glam::{Mat4, Quat, Vec3};
 use streamrecon::frame::FrameResult;
-use streamrecon::record::export::{CloudOptions, colmap, gather_cloud, glb, ply, tum};
+use streamrecon::record::export::{CloudOptions, gather_cloud, glb, ply, tum};
 use streamrecon::record::sample::sample_result;
 use streamrecon::record::{SessionReader, SessionWriter};
 
@@ -46,6 +45,7 @@ fn options() -> CloudOptions {
     CloudOptions {
         min_confidence: MIN_CONF,
         voxel: None,
+        normals: false,
     }
 }
 
@@ -84,7 +84,57 @@ fn ply_reads_back_with_ply_rs() {
         assert_eq!([float("x"), float("y"), float("z")], *xyz);
         assert_eq!([uchar("red"), uchar("green"), uchar("blue")], *rgb);
         assert_eq!(float("confidence"), *conf);
-        assert_eq!(v["frame"], Property::UInt(*frame));
+        // `int`, not `uint`: Open3D's tensor reader drops unsigned properties.
+        assert_eq!(v["frame"], Property::Int(*frame as i32));
+    }
+}
+
+#[test]
+fn ply_normals_are_unit_vectors_facing_their_camera() {
+    use ply_rs::ply::{DefaultElement, Property};
+    let (reader, results) = session(3);
+    let cloud = gather_cloud(
+        &reader,
+        CloudOptions {
+            normals: true,
+            ..options()
+        },
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    ply::write_ply(&mut bytes, &cloud).unwrap();
+    let parsed = ply_rs::parser::Parser::<DefaultElement>::new()
+        .read_ply(&mut bytes.as_slice())
+        .unwrap();
+    let names: Vec<&String> = parsed.header.elements["vertex"].properties.keys().collect();
+    assert_eq!(
+        names,
+        [
+            "x",
+            "y",
+            "z",
+            "nx",
+            "ny",
+            "nz",
+            "red",
+            "green",
+            "blue",
+            "confidence",
+            "frame"
+        ]
+    );
+    let want = expected_points(&results);
+    let got = &parsed.payload["vertex"];
+    assert_eq!(got.len(), want.len());
+    for (v, (xyz, _, _, frame)) in got.iter().zip(&want) {
+        let float = |k: &str| match v[k] {
+            Property::Float(x) => x,
+            ref other => panic!("{k}: {other:?}"),
+        };
+        let n = Vec3::new(float("nx"), float("ny"), float("nz"));
+        assert!((n.length() - 1.0).abs() < 1e-5, "{n}");
+        let centre = results[*frame as usize].camera_position();
+        assert!(n.dot(centre - Vec3::from(*xyz)) >= 0.0, "faces its camera");
     }
 }
 
@@ -97,6 +147,7 @@ fn voxel_downsampling_keeps_one_point_per_occupied_voxel() {
         CloudOptions {
             min_confidence: MIN_CONF,
             voxel: Some(size),
+            normals: false,
         },
     )
     .unwrap();
@@ -118,7 +169,7 @@ fn tum_trajectory_is_camera_to_world() {
     let (reader, results) = session(5);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("traj.txt");
-    assert_eq!(tum::export_tum(&path, &reader).unwrap(), 5);
+    assert_eq!(tum::export_tum(&path, reader.frames()).unwrap(), 5);
     let text = std::fs::read_to_string(&path).unwrap();
     let rows: Vec<Vec<f64>> = text
         .lines()
@@ -148,116 +199,13 @@ fn tum_trajectory_is_camera_to_world() {
     }
 }
 
-/// Rotation matrix of a unit quaternion (w, x, y, z), written out (COLMAP's convention).
-fn rotation(w: f64, x: f64, y: f64, z: f64) -> [[f64; 3]; 3] {
-    [
-        [
-            1.0 - 2.0 * (y * y + z * z),
-            2.0 * (x * y - w * z),
-            2.0 * (x * z + w * y),
-        ],
-        [
-            2.0 * (x * y + w * z),
-            1.0 - 2.0 * (x * x + z * z),
-            2.0 * (y * z - w * x),
-        ],
-        [
-            2.0 * (x * z - w * y),
-            2.0 * (y * z + w * x),
-            1.0 - 2.0 * (x * x + y * y),
-        ],
-    ]
-}
-
-fn data_lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(str::to_string)
-        .collect()
-}
-
-#[test]
-fn colmap_text_model_projects_like_the_session() {
-    let (reader, results) = session(3);
-    let cloud = gather_cloud(&reader, options()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("colmap");
-    let report = colmap::export_colmap(&out, &reader, &cloud).unwrap();
-    assert_eq!(report.images, 3);
-
-    let cameras: Vec<Vec<String>> = data_lines(&out.join("cameras.txt"))
-        .iter()
-        .filter(|l| !l.is_empty())
-        .map(|l| l.split_whitespace().map(str::to_string).collect())
-        .collect();
-    assert_eq!(cameras.len(), 3);
-    // images.txt: an image line, then its (here empty) 2D points line.
-    let image_lines = data_lines(&out.join("images.txt"));
-    assert_eq!(image_lines.len(), 6, "{image_lines:?}");
-    for (i, r) in results.iter().enumerate() {
-        let cam = &cameras[i];
-        assert_eq!(cam[1], "PINHOLE");
-        let num = |k: usize| cam[k].parse::<f64>().unwrap();
-        assert_eq!(num(2) as u32, r.intrinsics.width);
-        assert_eq!(num(3) as u32, r.intrinsics.height);
-        let (fx, fy, cx, cy) = (num(4), num(5), num(6), num(7));
-
-        let img: Vec<&str> = image_lines[2 * i].split_whitespace().collect();
-        assert!(image_lines[2 * i + 1].trim().is_empty());
-        assert_eq!(img[8], cam[0], "camera id");
-        let v = |k: usize| img[k].parse::<f64>().unwrap();
-        let rot = rotation(v(1), v(2), v(3), v(4));
-        let t = [v(5), v(6), v(7)];
-        // Project a world point through COLMAP's model and through the session's own pose:
-        // the pixel must agree once COLMAP's half-pixel centre convention is accounted for.
-        let world = [0.3f64, -0.2, 1.5];
-        let cam_pt: Vec<f64> = (0..3)
-            .map(|row| (0..3).map(|c| rot[row][c] * world[c]).sum::<f64>() + t[row])
-            .collect();
-        let u_colmap = fx * cam_pt[0] / cam_pt[2] + cx;
-        let v_colmap = fy * cam_pt[1] / cam_pt[2] + cy;
-        let p = r
-            .camera_from_world
-            .transform_point3(Vec3::new(0.3, -0.2, 1.5));
-        let k = r.intrinsics;
-        let u_model = (k.fx * p.x / p.z + k.cx) as f64;
-        let v_model = (k.fy * p.y / p.z + k.cy) as f64;
-        assert!(
-            (u_colmap - (u_model + 0.5)).abs() < 1e-3,
-            "{u_colmap} {u_model}"
-        );
-        assert!(
-            (v_colmap - (v_model + 0.5)).abs() < 1e-3,
-            "{v_colmap} {v_model}"
-        );
-        // The image file is there and is the frame.
-        let jpeg = image::open(out.join("images").join(img[9])).unwrap();
-        assert_eq!(jpeg.width(), r.image.width);
-    }
-    let points: Vec<Vec<f64>> = data_lines(&out.join("points3D.txt"))
-        .iter()
-        .map(|l| l.split_whitespace().map(|v| v.parse().unwrap()).collect())
-        .collect();
-    let want = expected_points(&results);
-    assert_eq!(points.len(), want.len());
-    for (row, (xyz, rgb, _, _)) in points.iter().zip(&want) {
-        assert_eq!(row.len(), 8, "id x y z r g b error, no track");
-        for d in 0..3 {
-            assert_eq!(row[1 + d] as f32, xyz[d]);
-            assert_eq!(row[4 + d] as u8, rgb[d]);
-        }
-    }
-}
-
 #[test]
 fn glb_reads_back_with_the_gltf_crate() {
     use gltf::mesh::Mode;
     let (reader, results) = session(3);
     let cloud = gather_cloud(&reader, options()).unwrap();
     let mut bytes = Vec::new();
-    glb::write_glb(&mut bytes, &reader, &cloud, Some(0.2)).unwrap();
+    glb::write_glb(&mut bytes, reader.frames(), &cloud, Some(0.2), false).unwrap();
     let parsed = gltf::Gltf::from_slice(&bytes).unwrap();
     let blob = parsed.blob.clone().expect("a BIN chunk");
     let want = expected_points(&results);
@@ -319,6 +267,142 @@ fn glb_reads_back_with_the_gltf_crate() {
     w.flush().unwrap();
     let empty = SessionReader::from_bytes("e", w.finish().unwrap()).unwrap();
     let mut bytes = Vec::new();
-    glb::write_glb(&mut bytes, &empty, &Default::default(), None).unwrap();
+    glb::write_glb(&mut bytes, empty.frames(), &Default::default(), None, true).unwrap();
     gltf::Gltf::from_slice(&bytes).unwrap();
+}
+
+#[test]
+fn depth_maps_come_back_from_their_16_bit_pngs_and_scales() {
+    use streamrecon::record::Parts;
+    use streamrecon::record::export::depth::{DepthFormat, export_depth};
+    let (reader, _) = session(3);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("depth");
+    let report = export_depth(&out, &reader, 0..3, reader.frames(), DepthFormat::Png16).unwrap();
+    assert_eq!(report.frames, 3);
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("depth.json")).unwrap()).unwrap();
+    let frames = doc["frames"].as_array().unwrap();
+    assert_eq!(frames.len(), 3);
+    for (i, f) in frames.iter().enumerate() {
+        let recorded = reader
+            .read_frame(
+                i,
+                Parts {
+                    image: false,
+                    maps: true,
+                },
+            )
+            .unwrap();
+        for (key, values) in [
+            ("depth", &recorded.depth),
+            ("confidence", &recorded.confidence),
+        ] {
+            let png = image::open(out.join(f[key].as_str().unwrap())).unwrap();
+            let png = png.as_luma16().expect("16-bit grayscale");
+            assert_eq!((png.width(), png.height()), (16, 12));
+            let scale = f[format!("{key}_scale")].as_f64().unwrap();
+            assert!(scale > 0.0);
+            for (level, want) in png.pixels().zip(values.iter()) {
+                let got = f64::from(level.0[0]) * scale;
+                assert!(
+                    (got - f64::from(*want)).abs() <= scale * 0.5 + 1e-9,
+                    "{key} of frame {i}: {got} vs {want}"
+                );
+            }
+        }
+        assert_eq!(f["source"], reader.frames()[i].origin.name.as_str());
+    }
+}
+
+#[test]
+fn glb_cameras_are_one_node_per_keyframe_looking_where_the_frame_did() {
+    use streamrecon::frame::FrameType;
+    let (reader, results) = session(7);
+    let cloud = gather_cloud(&reader, options()).unwrap();
+    let mut bytes = Vec::new();
+    glb::write_glb(&mut bytes, reader.frames(), &cloud, None, true).unwrap();
+    let parsed = gltf::Gltf::from_slice(&bytes).unwrap();
+    let keyframes: Vec<&FrameResult> = results
+        .iter()
+        .filter(|r| r.frame_type != FrameType::NonKeyframe)
+        .collect();
+    assert!(keyframes.len() >= 3 && keyframes.len() < results.len());
+    let nodes: Vec<gltf::Node> = parsed
+        .document
+        .nodes()
+        .filter(|n| n.camera().is_some())
+        .collect();
+    assert_eq!(nodes.len(), keyframes.len());
+    for (node, r) in nodes.iter().zip(&keyframes) {
+        let m = Mat4::from_cols_array_2d(&node.transform().matrix());
+        assert!(
+            m.transform_point3(Vec3::ZERO)
+                .abs_diff_eq(r.camera_position(), 1e-5)
+        );
+        // glTF cameras look down their −z: the frame's optical axis.
+        let look = m.transform_vector3(Vec3::NEG_Z);
+        let axis = r.world_from_camera.transform_vector3(Vec3::Z);
+        assert!(look.abs_diff_eq(axis, 1e-5), "{look} vs {axis}");
+        let up = m.transform_vector3(Vec3::Y);
+        assert!(up.abs_diff_eq(r.world_from_camera.transform_vector3(Vec3::NEG_Y), 1e-5));
+        match node.camera().unwrap().projection() {
+            gltf::camera::Projection::Perspective(p) => {
+                let k = r.intrinsics;
+                let want = 2.0 * (k.height as f32 / (2.0 * k.fy)).atan();
+                assert!((p.yfov() - want).abs() < 1e-6);
+                assert_eq!(p.aspect_ratio(), Some(k.width as f32 / k.height as f32));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // Under the root, like the cloud: the same turn applies to both.
+    let root = parsed
+        .document
+        .scenes()
+        .next()
+        .unwrap()
+        .nodes()
+        .next()
+        .unwrap();
+    let children: Vec<usize> = root.children().map(|c| c.index()).collect();
+    assert!(nodes.iter().all(|n| children.contains(&n.index())));
+}
+
+#[test]
+fn depth_npy_files_hold_the_recorded_maps_bit_for_bit() {
+    use streamrecon::record::Parts;
+    use streamrecon::record::export::depth::{DepthFormat, export_depth};
+    let (reader, _) = session(2);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("depth");
+    export_depth(&out, &reader, 0..2, reader.frames(), DepthFormat::Npy).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("depth.json")).unwrap()).unwrap();
+    for (i, f) in doc["frames"].as_array().unwrap().iter().enumerate() {
+        let bytes = std::fs::read(out.join(f["depth"].as_str().unwrap())).unwrap();
+        // NumPy's format 1.0: magic, version, u16 header length, the header dict, the data.
+        assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+        let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+        assert_eq!((10 + len) % 64, 0, "data starts 64-byte aligned");
+        let header = std::str::from_utf8(&bytes[10..10 + len]).unwrap();
+        assert!(header.contains("'descr': '<f4'"), "{header}");
+        assert!(header.contains("'fortran_order': False"), "{header}");
+        assert!(header.contains("'shape': (12, 16)"), "{header}");
+        assert!(header.ends_with('\n'));
+        let values: Vec<f32> = bytes[10 + len..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let recorded = reader
+            .read_frame(
+                i,
+                Parts {
+                    image: false,
+                    maps: true,
+                },
+            )
+            .unwrap();
+        assert_eq!(values, recorded.depth);
+    }
 }

@@ -97,9 +97,9 @@ fn courthouse_with_the_tiny_model_writes_a_session() {
     assert_eq!(
         (ply.len() - end) as u64,
         count * 23,
-        "x y z f32, rgb u8, confidence f32, frame u32"
+        "x y z f32, rgb u8, confidence f32, frame i32"
     );
-    assert!(header.contains("property uint frame"), "{header}");
+    assert!(header.contains("property int frame"), "{header}");
     let per_frame: u64 = (0..48)
         .map(|i| {
             let f: serde_json::Value = serde_json::from_slice(

@@ -146,6 +146,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         point_filter(&args),
     );
     header["keyframe_policy"] = format!("{:?}", pipeline.keyframe_policy()).into();
+    // Where an image folder's frames are, wherever the export later runs from: an export's
+    // `--colmap-images original` links the user's own frames from there.
+    if let InputSpec::Folder(dir) = &input
+        && let Ok(absolute) = dir.canonicalize().or_else(|_| std::path::absolute(dir))
+    {
+        header["input_path"] = absolute.display().to_string().into();
+    }
     let recorder = if args.no_recording {
         None
     } else {

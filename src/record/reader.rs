@@ -122,6 +122,8 @@ pub struct SessionReader {
     config: serde_json::Value,
     frames: Vec<FrameInfo>,
     notices: Vec<Notice>,
+    /// For each notice, how many frames came before it in the file (where a reset falls).
+    notice_frames: Vec<usize>,
     issues: Vec<ReadIssue>,
     /// Damage found only when a frame's payload is decoded (a JPEG whose header reads but
     /// whose data does not): counted as it is found, once per record.
@@ -187,6 +189,7 @@ impl SessionReader {
             config,
             frames: Vec::new(),
             notices: Vec::new(),
+            notice_frames: Vec::new(),
             issues: Vec::new(),
             late_issues: Mutex::new(Vec::new()),
             indexed: false,
@@ -334,7 +337,10 @@ impl SessionReader {
             match kind {
                 RecordKind::Index => {}
                 RecordKind::Notice => match serde_json::from_slice::<Notice>(payload) {
-                    Ok(n) => self.notices.push(n),
+                    Ok(n) => {
+                        self.notices.push(n);
+                        self.notice_frames.push(self.frames.len());
+                    }
                     Err(e) => self.issue(
                         rec.offset as u64,
                         IssueKind::Damaged,
@@ -429,6 +435,11 @@ impl SessionReader {
     }
     pub fn notices(&self) -> &[Notice] {
         &self.notices
+    }
+    /// How many of [`frames`](Self::frames) come before each of [`notices`](Self::notices) in
+    /// the file: where a notice (a session reset) falls in the stream.
+    pub fn notice_frames(&self) -> &[usize] {
+        &self.notice_frames
     }
     /// Everything wrong found so far: at open, and in frames read since.
     pub fn issues(&self) -> Vec<ReadIssue> {

@@ -108,7 +108,7 @@ impl SessionDir {
         let reader = SessionReader::open(self.session_file())?;
         let cloud = gather_cloud(&reader, CloudOptions::default())?;
         ply::export_ply(&self.dir.join(CLOUD_FILE), &cloud)?;
-        let poses = tum::export_tum(&self.dir.join(TRAJECTORY_FILE), &reader)?;
+        let poses = tum::export_tum(&self.dir.join(TRAJECTORY_FILE), reader.frames())?;
         Ok(Exported {
             points: cloud.len(),
             poses,

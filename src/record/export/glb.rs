@@ -1,6 +1,10 @@
 //! GLB (binary glTF 2.0): the cloud as one POINTS primitive with COLOR_0, and every camera as a
-//! frustum drawn with LINES. The data stays in the model's world frame (y down, z forward);
-//! the root node turns it half a turn about x so it stands upright in glTF's y-up viewers.
+//! frustum drawn with LINES. The vertices are the export's world coordinates ([`super::Up`]),
+//! the same numbers as the PLY's. The root node holds the one fixed turn that glTF's y-up
+//! convention asks of z-up data (−90° about x, what Blender's own glTF exporter writes), so
+//! Blender's importer, which turns y-up back to z-up, puts every vertex exactly where its PLY
+//! importer puts the same point: the PLY and the GLB of one session overlay, whatever `--up`
+//! says. With `--up z` both stand upright there and in y-up glTF viewers.
 
 use std::io::{self, Write};
 use std::path::Path;
@@ -9,7 +13,8 @@ use glam::Vec3;
 use serde_json::{Value, json};
 
 use super::Cloud;
-use crate::record::{RecordError, SessionReader};
+use crate::frame::FrameType;
+use crate::record::{FrameInfo, RecordError};
 
 const ARRAY_BUFFER: u32 = 34962;
 const ELEMENT_ARRAY_BUFFER: u32 = 34963;
@@ -20,9 +25,9 @@ const MODE_POINTS: u32 = 0;
 const MODE_LINES: u32 = 1;
 
 /// Frustum corners at `depth` for each camera: centre, then four image corners.
-fn frustum_vertices(reader: &SessionReader, depth: f32) -> Vec<Vec3> {
-    let mut out = Vec::with_capacity(reader.frames().len() * 5);
-    for info in reader.frames() {
+fn frustum_vertices(frames: &[FrameInfo], depth: f32) -> Vec<Vec3> {
+    let mut out = Vec::with_capacity(frames.len() * 5);
+    for info in frames {
         // Without intrinsics (damaged record) a square 90° frustum still shows the pose.
         let (w, h, fx, fy, cx, cy) = match info.intrinsics {
             Some(k) if k.fx > 0.0 && k.fy > 0.0 => {
@@ -41,11 +46,10 @@ fn frustum_vertices(reader: &SessionReader, depth: f32) -> Vec<Vec3> {
 }
 
 /// A size for the frustums: 5 % of the scene's extent (cloud and cameras).
-fn default_frustum_depth(reader: &SessionReader, cloud: &Cloud) -> f32 {
+fn default_frustum_depth(frames: &[FrameInfo], cloud: &Cloud) -> f32 {
     let mut lo = Vec3::splat(f32::INFINITY);
     let mut hi = Vec3::splat(f32::NEG_INFINITY);
-    let centres = reader
-        .frames()
+    let centres = frames
         .iter()
         .map(|f| f.world_from_camera.transform_point3(Vec3::ZERO));
     for p in cloud.xyz.iter().map(|p| Vec3::from(*p)).chain(centres) {
@@ -71,7 +75,47 @@ fn bounds(points: impl Iterator<Item = Vec3>) -> (Value, Value) {
 }
 
 /// Builds the glTF JSON and the binary buffer.
-fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (Value, Vec<u8>) {
+/// One glTF camera node per keyframe (scale frames and keyframes: the frames the model keeps),
+/// placed like the frame's camera: glTF cameras look down −z with y up, so the OpenCV-like
+/// camera's y and z are negated. The perspective's `yfov` and `aspectRatio` are the frame's
+/// (model input size); a glTF camera has no principal point, so an off-centre one is not kept.
+fn camera_nodes(frames: &[FrameInfo]) -> (Vec<Value>, Vec<Value>) {
+    let mut cameras = Vec::new();
+    let mut nodes = Vec::new();
+    let flip = glam::Mat4::from_diagonal(glam::Vec4::new(1.0, -1.0, -1.0, 1.0));
+    for info in frames {
+        if info.frame_type == FrameType::NonKeyframe {
+            continue;
+        }
+        let Some(k) = info.intrinsics.filter(|k| k.fy > 0.0 && k.height > 0) else {
+            continue;
+        };
+        let yfov = 2.0 * (k.height as f32 / (2.0 * k.fy)).atan();
+        cameras.push(json!({
+            "type": "perspective",
+            "name": info.origin.name,
+            "perspective": {
+                "yfov": yfov,
+                "aspectRatio": k.width as f32 / k.height as f32,
+                "znear": 0.01
+            }
+        }));
+        let m = info.world_from_camera * flip;
+        nodes.push(json!({
+            "name": format!("camera {} ({})", info.frame, info.origin.name),
+            "camera": cameras.len() - 1,
+            "matrix": m.to_cols_array(),
+        }));
+    }
+    (cameras, nodes)
+}
+
+fn build(
+    frames: &[FrameInfo],
+    cloud: &Cloud,
+    frustum_depth: Option<f32>,
+    with_cameras: bool,
+) -> (Value, Vec<u8>) {
     let mut bin: Vec<u8> = Vec::new();
     let mut views = Vec::new();
     let mut accessors = Vec::new();
@@ -120,10 +164,10 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
         }));
     }
 
-    let cameras = reader.frames().len();
+    let cameras = frames.len();
     if cameras > 0 {
-        let depth = frustum_depth.unwrap_or_else(|| default_frustum_depth(reader, cloud));
-        let verts = frustum_vertices(reader, depth);
+        let depth = frustum_depth.unwrap_or_else(|| default_frustum_depth(frames, cloud));
+        let verts = frustum_vertices(frames, depth);
         let positions: Vec<u8> = verts
             .iter()
             .flat_map(|p| p.to_array().into_iter().flat_map(|v| v.to_le_bytes()))
@@ -158,8 +202,7 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
             "type": "SCALAR"
         }));
         // Which frustum is which frame: the k-th five vertices are camera k of this list.
-        let frames: Vec<Value> = reader
-            .frames()
+        let frame_list: Vec<Value> = frames
             .iter()
             .map(|info| {
                 json!({
@@ -172,7 +215,7 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
             .collect();
         meshes.push(json!({
             "name": "cameras",
-            "extras": { "frames": frames },
+            "extras": { "frames": frame_list },
             "primitives": [{
                 "attributes": { "POSITION": accessors.len() - 2 },
                 "indices": accessors.len() - 1,
@@ -190,10 +233,18 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
         .enumerate()
         .map(|(i, m)| json!({ "name": m["name"], "mesh": i }))
         .collect();
+    let (gltf_cameras, mut camera_nodes) = if with_cameras {
+        camera_nodes(frames)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let mut mesh_nodes = mesh_nodes;
+    mesh_nodes.append(&mut camera_nodes);
     let children: Vec<usize> = (1..=mesh_nodes.len()).collect();
     let mut root = json!({
-        "name": "session (model frame: y down, z forward)",
-        "rotation": [1.0, 0.0, 0.0, 0.0]
+        "name": "session (export world, taken as z-up)",
+        // −90° about x: (x, y, z) → (x, z, −y).
+        "rotation": [-std::f64::consts::FRAC_1_SQRT_2, 0.0, 0.0, std::f64::consts::FRAC_1_SQRT_2]
     });
     // glTF forbids empty arrays: an empty session is a scene with one empty node.
     if !children.is_empty() {
@@ -207,6 +258,9 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
         "scenes": [{ "nodes": [0] }],
         "nodes": nodes,
     });
+    if !gltf_cameras.is_empty() {
+        gltf["cameras"] = json!(gltf_cameras);
+    }
     if cameras > 0 {
         gltf["materials"] = json!([{
             "name": "frustum",
@@ -224,11 +278,12 @@ fn build(reader: &SessionReader, cloud: &Cloud, frustum_depth: Option<f32>) -> (
 
 pub fn write_glb(
     mut w: impl Write,
-    reader: &SessionReader,
+    frames: &[FrameInfo],
     cloud: &Cloud,
     frustum_depth: Option<f32>,
+    with_cameras: bool,
 ) -> io::Result<()> {
-    let (gltf, bin) = build(reader, cloud, frustum_depth);
+    let (gltf, bin) = build(frames, cloud, frustum_depth, with_cameras);
     let mut json = serde_json::to_vec(&gltf).map_err(io::Error::other)?;
     while json.len() % 4 != 0 {
         json.push(b' ');
@@ -253,9 +308,12 @@ pub fn write_glb(
 
 pub fn export_glb(
     path: &Path,
-    reader: &SessionReader,
+    frames: &[FrameInfo],
     cloud: &Cloud,
     frustum_depth: Option<f32>,
+    with_cameras: bool,
 ) -> Result<(), RecordError> {
-    super::write_file(path, |w| write_glb(w, reader, cloud, frustum_depth))
+    super::write_file(path, |w| {
+        write_glb(w, frames, cloud, frustum_depth, with_cameras)
+    })
 }

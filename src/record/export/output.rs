@@ -13,7 +13,14 @@ use crate::record::RecordError;
 
 /// The files a COLMAP export writes into its folder: a folder holding only these may be
 /// replaced with `--force`; one holding anything else is not ours to delete.
-pub const COLMAP_ENTRIES: [&str; 4] = ["cameras.txt", "images.txt", "points3D.txt", "images"];
+/// (The three root text files are what exports before `sparse/0/` wrote.)
+pub const COLMAP_ENTRIES: [&str; 5] = [
+    "sparse",
+    "images",
+    "cameras.txt",
+    "images.txt",
+    "points3D.txt",
+];
 
 /// A file's identity, which survives symlinks and hard links: device and inode on Unix, the
 /// canonical path elsewhere.
@@ -66,6 +73,35 @@ pub enum OutputKind {
     File,
     /// A COLMAP model's folder.
     ColmapDir,
+    /// A nerfstudio dataset's folder (`transforms.json`, `images/`).
+    NerfstudioDir,
+    /// A folder of depth and confidence maps.
+    DepthDir,
+}
+
+/// What a nerfstudio export writes into its folder.
+pub const NERFSTUDIO_ENTRIES: [&str; 2] = ["transforms.json", "images"];
+
+impl OutputKind {
+    /// The names an export of this kind writes into its folder (none for a file); a folder
+    /// holding only these may be replaced with `--force`.
+    fn entries(self) -> Option<&'static [&'static str]> {
+        match self {
+            OutputKind::File => None,
+            OutputKind::ColmapDir => Some(&COLMAP_ENTRIES),
+            OutputKind::NerfstudioDir => Some(&NERFSTUDIO_ENTRIES),
+            OutputKind::DepthDir => Some(&[]),
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            OutputKind::File => "file",
+            OutputKind::ColmapDir => "COLMAP model",
+            OutputKind::NerfstudioDir => "nerfstudio dataset",
+            OutputKind::DepthDir => "depth export",
+        }
+    }
 }
 
 /// The outputs of one export, checked against its inputs and each other before anything is
@@ -104,7 +140,7 @@ impl OutputPlan {
                     input.display()
                 )));
             }
-            if kind == OutputKind::ColmapDir && input.starts_with(&target) {
+            if kind != OutputKind::File && input.starts_with(&target) {
                 return Err(refuse(format!(
                     "holds the session being exported ({}); choose another folder",
                     input.display()
@@ -131,23 +167,27 @@ impl OutputPlan {
                     ));
                 }
             }
-            OutputKind::ColmapDir => {
+            OutputKind::ColmapDir | OutputKind::NerfstudioDir | OutputKind::DepthDir => {
                 if target.exists() && !target.is_dir() {
                     return Err(refuse("exists and is not a folder".into()));
                 }
                 let entries = dir_entries(&target).map_err(|e| RecordError::io(path, e))?;
                 if !entries.is_empty() && !self.force {
-                    return Err(refuse(
-                        "holds files; pass --force to replace the COLMAP model in it".into(),
-                    ));
-                }
-                if let Some(foreign) = entries
-                    .iter()
-                    .find(|n| !COLMAP_ENTRIES.contains(&n.as_str()))
-                {
                     return Err(refuse(format!(
-                        "holds `{foreign}`, which a COLMAP export does not write; not replacing \
-                         a folder that is not a COLMAP model"
+                        "holds files; pass --force to replace the {} in it",
+                        kind.what()
+                    )));
+                }
+                let ours = kind.entries().unwrap_or_default();
+                let is_ours = |n: &String| {
+                    ours.contains(&n.as_str())
+                        || (kind == OutputKind::DepthDir && is_depth_entry(n))
+                };
+                if let Some(foreign) = entries.iter().find(|n| !is_ours(n)) {
+                    return Err(refuse(format!(
+                        "holds `{foreign}`, which a {what} export does not write; not replacing \
+                         a folder that is not a {what}",
+                        what = kind.what()
                     )));
                 }
             }
@@ -155,6 +195,19 @@ impl OutputPlan {
         self.claimed.push((flag.to_string(), target));
         Ok(())
     }
+}
+
+/// What a depth export writes: `depth.json` and the maps' PNGs.
+fn is_depth_entry(name: &str) -> bool {
+    name == "depth.json"
+        || [
+            ".depth.png",
+            ".confidence.png",
+            ".depth.npy",
+            ".confidence.npy",
+        ]
+        .iter()
+        .any(|ext| name.ends_with(ext))
 }
 
 /// The names in a folder (none when it does not exist).

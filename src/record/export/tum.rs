@@ -11,7 +11,7 @@ use std::path::Path;
 
 use super::rotation_translation;
 use crate::frame::TimeBase;
-use crate::record::{RecordError, SessionReader};
+use crate::record::{FrameInfo, RecordError};
 
 /// What the timestamps of a trajectory are, for its header.
 pub fn time_base_text(base: TimeBase) -> &'static str {
@@ -26,13 +26,13 @@ pub fn time_base_text(base: TimeBase) -> &'static str {
     }
 }
 
-pub fn write_tum(mut w: impl Write, reader: &SessionReader) -> io::Result<usize> {
+pub fn write_tum(mut w: impl Write, frames: &[FrameInfo]) -> io::Result<usize> {
     writeln!(
         w,
         "# streamrecon trajectory: timestamp tx ty tz qx qy qz qw (camera to world)"
     )?;
     let mut bases: Vec<TimeBase> = Vec::new();
-    for info in reader.frames() {
+    for info in frames {
         if !bases.contains(&info.origin.time.base) {
             bases.push(info.origin.time.base);
         }
@@ -41,7 +41,7 @@ pub fn write_tum(mut w: impl Write, reader: &SessionReader) -> io::Result<usize>
         let texts: Vec<&str> = bases.iter().map(|b| time_base_text(*b)).collect();
         writeln!(w, "# timestamps: {}", texts.join("; "))?;
     }
-    for info in reader.frames() {
+    for info in frames {
         let (q, t) = rotation_translation(&info.world_from_camera);
         writeln!(
             w,
@@ -56,13 +56,13 @@ pub fn write_tum(mut w: impl Write, reader: &SessionReader) -> io::Result<usize>
             q.w
         )?;
     }
-    Ok(reader.frames().len())
+    Ok(frames.len())
 }
 
-pub fn export_tum(path: &Path, reader: &SessionReader) -> Result<usize, RecordError> {
+pub fn export_tum(path: &Path, frames: &[FrameInfo]) -> Result<usize, RecordError> {
     let mut n = 0;
     super::write_file(path, |w| {
-        n = write_tum(w, reader)?;
+        n = write_tum(w, frames)?;
         Ok(())
     })?;
     Ok(n)

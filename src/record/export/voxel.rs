@@ -8,6 +8,7 @@ use super::Cloud;
 #[derive(Default)]
 struct Acc {
     sum: [f64; 3],
+    normal: [f64; 3],
     rgb: [u32; 3],
     confidence: f32,
     frame: u32,
@@ -42,13 +43,30 @@ pub fn downsample(cloud: &Cloud, size: f32) -> Cloud {
             *sum += f64::from(*v);
             *rgb += u32::from(col);
         }
+        if let Some(n) = cloud.normal.get(k) {
+            for (acc, v) in c.normal.iter_mut().zip(n) {
+                *acc += f64::from(*v);
+            }
+        }
         c.confidence = c.confidence.max(cloud.confidence[k]);
         c.frame = c.frame.min(cloud.frame[k]);
         c.n += 1;
     }
     let mut out = Cloud::default();
+    let with_normals = !cloud.normal.is_empty();
     for c in cells {
         let n = f64::from(c.n);
+        if with_normals {
+            // The mean direction; normals that cancel exactly (a thin wall seen from both
+            // sides) get −z, the model's direction back towards its first camera, never a
+            // zero vector.
+            let len = c.normal.iter().map(|v| v * v).sum::<f64>().sqrt();
+            out.normal.push(if len > 0.0 {
+                c.normal.map(|v| (v / len) as f32)
+            } else {
+                [0.0, 0.0, -1.0]
+            });
+        }
         out.xyz.push(c.sum.map(|s| (s / n) as f32));
         out.rgb.push(
             c.rgb
