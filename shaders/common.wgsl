@@ -19,7 +19,7 @@ struct ViewUniforms {
     chunk_points: u32,
     // Entries of the frame table (point.wgsl).
     frame_count: u32,
-    // The confidence threshold as a compact point's confidence code (point_format.rs).
+    // The confidence threshold as a stored point's confidence code (point_format.rs).
     threshold_code: u32,
     pad0: u32,
 };

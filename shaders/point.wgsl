@@ -1,7 +1,7 @@
 // A point as the shaders use it, and how the view colours it: shared by the sprite shader
 // (points.wgsl) and the compute rasteriser (splat.wgsl), so both paths filter and colour alike.
-// How points are stored is the business of point_full.wgsl or point_compact.wgsl (one of them
-// follows this file), which define `load_point`. Points live in append-only storage buffers
+// How points are stored is the business of stored_point.wgsl (it follows this file), which
+// defines `load_point`. Points live in append-only storage buffers
 // (one per chunk) and are never re-uploaded; all filtering and colouring happens on the GPU,
 // driven by the uniforms.
 

@@ -19,7 +19,7 @@ use streamrecon::viewer::history::StreamHistory;
 use streamrecon::viewer::panels::{
     self, ColourMode, ControlState, InputThumbnails, RenderSettings, controls::ViewRequests,
 };
-use streamrecon::viewer::point_format::PointFormat;
+use streamrecon::viewer::point_format::POINT_BYTES;
 use streamrecon::viewer::raster::RenderPath;
 use streamrecon::viewer::render::SceneRenderer;
 
@@ -274,10 +274,7 @@ fn snapshot_cloud_view() {
         .callback_resources
         .get::<SceneRenderer>()
         .expect("the view registered its renderer");
-    assert_eq!(
-        scene.bytes_uploaded(),
-        points * PointFormat::default().bytes()
-    );
+    assert_eq!(scene.bytes_uploaded(), points * POINT_BYTES);
 }
 
 /// The demo's top view through the window's own `CloudView` on `rs`: it must take `expected`

@@ -9,7 +9,7 @@ use streamrecon::viewer::gpu::HeadlessGpu;
 use streamrecon::viewer::history::StreamHistory;
 use streamrecon::viewer::panels::{ColourMode, RenderSettings};
 use streamrecon::viewer::picture::{self, Picture};
-use streamrecon::viewer::point_format::PointFormat;
+use streamrecon::viewer::point_format::POINT_BYTES;
 use streamrecon::viewer::raster::RenderPath;
 use streamrecon::viewer::render::SceneRenderer;
 use streamrecon::viewer::scene;
@@ -35,29 +35,17 @@ struct Scene {
     history: StreamHistory,
 }
 
-fn scene_with(gpu: &HeadlessGpu, chunk_points: u32, frames: usize, format: PointFormat) -> Scene {
-    scene_of(gpu, chunk_points, frames, format, |_| {})
-}
-
-/// As `scene_with`, each demo result passed through `edit` first.
-fn scene_of(
-    gpu: &HeadlessGpu,
-    chunk_points: u32,
-    frames: usize,
-    format: PointFormat,
-    edit: impl Fn(&mut streamrecon::frame::FrameResult),
-) -> Scene {
+fn scene_with(gpu: &HeadlessGpu, chunk_points: u32, frames: usize) -> Scene {
     let downlevel = gpu.adapter.get_downlevel_capabilities().flags;
     let mut s = Scene {
-        renderer: SceneRenderer::new(&gpu.device, TARGET_FORMAT, chunk_points, downlevel, format),
+        renderer: SceneRenderer::new(&gpu.device, TARGET_FORMAT, chunk_points, downlevel),
         book: ChunkBook::new(chunk_points, u64::MAX),
         history: StreamHistory::default(),
     };
     let mut stream = DemoStream::new(DemoConfig::default());
     let mut staging = Vec::new();
     for _ in 0..frames {
-        let mut r = stream.next_result();
-        edit(&mut r);
+        let r = stream.next_result();
         s.history.ingest(&r);
         scene::append_result(
             &mut s.renderer,
@@ -127,7 +115,7 @@ fn compute_paths_draw_what_the_sprites_draw() {
         return;
     };
     // 30 frames of the demo room: about 200 k points in several chunks.
-    let mut s = scene_with(&gpu, 1 << 16, 30, PointFormat::Compact);
+    let mut s = scene_with(&gpu, 1 << 16, 30);
     assert!(s.book.chunk_count() > 1);
     let paths = compute_paths(&s);
     if paths.is_empty() {
@@ -212,9 +200,8 @@ fn the_store_grows_by_chunks_until_its_budget_then_counts_the_rest() {
     };
     let chunk = 4096u32;
     let downlevel = gpu.adapter.get_downlevel_capabilities().flags;
-    let format = PointFormat::Compact;
-    let mut store = SceneRenderer::new(&gpu.device, TARGET_FORMAT, chunk, downlevel, format);
-    let chunk_bytes = u64::from(chunk) * format.bytes();
+    let mut store = SceneRenderer::new(&gpu.device, TARGET_FORMAT, chunk, downlevel);
+    let chunk_bytes = u64::from(chunk) * POINT_BYTES;
     store.set_max_point_bytes(Some(3 * chunk_bytes));
     let mut book = ChunkBook::new(chunk, u64::MAX);
     // Nothing is allocated before points arrive.
@@ -268,7 +255,7 @@ fn a_reset_reuses_the_chunks_and_shows_only_new_points() {
     };
     let chunk = 1 << 14;
     // One store that saw 12 frames, then a reset, then 3 frames of a fresh stream...
-    let mut reused = scene_with(&gpu, chunk, 12, PointFormat::Compact);
+    let mut reused = scene_with(&gpu, chunk, 12);
     let chunks_before = reused.renderer.chunk_count();
     reused.book.clear();
     reused.history.clear_scene();
@@ -288,7 +275,7 @@ fn a_reset_reuses_the_chunks_and_shows_only_new_points() {
     }
     // ...creates no chunk and draws what a fresh store of those 3 frames draws.
     assert_eq!(reused.renderer.chunk_count(), chunks_before);
-    let mut fresh = scene_with(&gpu, chunk, 3, PointFormat::Compact);
+    let mut fresh = scene_with(&gpu, chunk, 3);
     assert_eq!(reused.book.total_points(), fresh.book.total_points());
     assert_eq!(reused.book.frames(), fresh.book.frames());
     // Frame-age colours read the frame table, which the reset rewrote.
@@ -311,75 +298,6 @@ fn a_reset_reuses_the_chunks_and_shows_only_new_points() {
 }
 
 #[test]
-fn compact_and_full_points_draw_alike() {
-    let Some(gpu) = gpu_or_skip("the point formats") else {
-        return;
-    };
-    // Small chunks, so the frame table is searched across chunk boundaries.
-    // x rounded to what the compact format keeps of it, so both stores hold the same points.
-    let round_x = |r: &mut streamrecon::frame::FrameResult| {
-        for p in &mut r.points.xyz {
-            p[0] = f32::from_bits(p[0].to_bits() & !0xff);
-        }
-    };
-    let mut compact = scene_of(&gpu, 1 << 13, 20, PointFormat::Compact, round_x);
-    let mut full = scene_of(&gpu, 1 << 13, 20, PointFormat::Full, round_x);
-    assert_eq!(
-        compact.renderer.point_bytes() * 3,
-        full.renderer.point_bytes() * 2
-    );
-    let mut paths = vec![RenderPath::Sprites];
-    paths.extend(compute_paths(&compact));
-    // Positions, colours and frames are then exact in both: the pictures are the same (the
-    // frame-age colours read the frame table across chunk boundaries).
-    for mode in [ColourMode::Rgb, ColourMode::FrameAge, ColourMode::Depth] {
-        let settings = RenderSettings {
-            colour_mode: mode,
-            ..RenderSettings::default()
-        };
-        for &path in &paths {
-            let a = render(&gpu, &mut compact, &settings, path);
-            let b = render(&gpu, &mut full, &settings, path);
-            let d = a.diff(&b, BACKGROUND_RGBA).expect("same size");
-            let label = format!("{} in {} colours", path.name(), mode.label());
-            println!(
-                "compact vs full, {label}: {:.3} % colour, {:.3} % coverage",
-                d.differing_fraction() * 100.0,
-                d.coverage_differing_fraction() * 100.0
-            );
-            assert!(d.covered > 500, "{label}: {d:?}");
-            assert!(a == b, "{label}: {d:?}");
-        }
-    }
-    // Confidence is kept to a step of 0.04 % of its log: its colours match to 8 bits, and only
-    // points within half a step of the threshold (about 30 of the 138 k here) fall the other
-    // way.
-    for settings in [
-        RenderSettings {
-            colour_mode: ColourMode::Confidence,
-            ..RenderSettings::default()
-        },
-        RenderSettings {
-            confidence_threshold: 5.0,
-            ..RenderSettings::default()
-        },
-    ] {
-        let a = render(&gpu, &mut compact, &settings, RenderPath::Sprites);
-        let b = render(&gpu, &mut full, &settings, RenderPath::Sprites);
-        let d = a.diff(&b, BACKGROUND_RGBA).expect("same size");
-        println!(
-            "compact vs full, {:?} / threshold {}: {:.3} % colour, {:.3} % coverage",
-            settings.colour_mode,
-            settings.confidence_threshold,
-            d.differing_fraction() * 100.0,
-            d.coverage_differing_fraction() * 100.0
-        );
-        assert!(d.differing_fraction() <= 0.03, "{d:?}");
-        assert!(d.coverage_differing_fraction() <= 0.03, "{d:?}");
-    }
-}
-
-#[test]
 fn a_chunk_the_device_cannot_make_stops_the_store_without_a_panic() {
     let Some(gpu) = gpu_or_skip("a refused chunk") else {
         return;
@@ -387,13 +305,7 @@ fn a_chunk_the_device_cannot_make_stops_the_store_without_a_panic() {
     // Chunks larger than the device's largest buffer: the first is refused by validation.
     let too_many = u32::try_from(gpu.device.limits().max_buffer_size / 16 + 1).unwrap_or(u32::MAX);
     let downlevel = gpu.adapter.get_downlevel_capabilities().flags;
-    let mut store = SceneRenderer::new(
-        &gpu.device,
-        TARGET_FORMAT,
-        too_many,
-        downlevel,
-        PointFormat::Compact,
-    );
+    let mut store = SceneRenderer::new(&gpu.device, TARGET_FORMAT, too_many, downlevel);
     let mut book = ChunkBook::new(too_many, u64::MAX);
     let mut stream = DemoStream::new(DemoConfig::default());
     let r = stream.next_result();

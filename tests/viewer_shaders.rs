@@ -3,7 +3,7 @@
 //! layouts the shaders declare match the Rust structs uploaded into them.
 
 use naga::valid::{Capabilities, ValidationFlags, Validator};
-use streamrecon::viewer::point_format::PointFormat;
+use streamrecon::viewer::point_format::POINT_BYTES;
 use streamrecon::viewer::raster::ChunkDraw;
 use streamrecon::viewer::render::ViewUniforms;
 use streamrecon::viewer::shaders::{self, ShaderNeeds};
@@ -59,13 +59,12 @@ fn entry_points(module: &naga::Module) -> Vec<&str> {
 #[test]
 fn all_shaders_validate_with_entry_points() {
     let all = shaders::all();
-    assert_eq!(all.len(), 11);
+    assert_eq!(all.len(), 7);
     for (name, source, needs) in all {
         let (module, _) =
             validate(&name, source, capabilities(needs)).unwrap_or_else(|e| panic!("{e}"));
         let entries = entry_points(&module);
-        let kind = name.split('/').next().unwrap_or_default();
-        let expected: &[&str] = match kind {
+        let expected: &[&str] = match name.as_str() {
             "raster64" | "raster64_peek" => &["cs_main"],
             "raster32" => &["cs_depth", "cs_colour"],
             "resolve" => &["vs_main", "fs_resolve64", "fs_resolve32"],
@@ -83,7 +82,7 @@ fn the_64_bit_rasteriser_needs_exactly_int64_atomic_min_max() {
     // and with only MIN_MAX (not ALL_OPS) it must pass: that is all the renderer asks for.
     let without = validate(
         "raster64",
-        shaders::point_shaders(PointFormat::Compact).raster64,
+        shaders::POINT_SHADERS.raster64,
         Capabilities::SHADER_INT64,
     );
     assert!(
@@ -92,7 +91,7 @@ fn the_64_bit_rasteriser_needs_exactly_int64_atomic_min_max() {
     );
     validate(
         "raster64",
-        shaders::point_shaders(PointFormat::Compact).raster64,
+        shaders::POINT_SHADERS.raster64,
         Capabilities::SHADER_INT64 | Capabilities::SHADER_INT64_ATOMIC_MIN_MAX,
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -100,42 +99,36 @@ fn the_64_bit_rasteriser_needs_exactly_int64_atomic_min_max() {
 
 #[test]
 fn shader_layouts_match_the_rust_structs() {
-    for format in PointFormat::ALL {
-        let s = shaders::point_shaders(format);
-        for (name, source) in [
-            ("points", s.points),
-            ("raster32", s.raster32),
-            ("resolve", shaders::RESOLVE),
-        ] {
-            let (module, _) =
-                validate(name, source, Capabilities::empty()).unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(
-                struct_size(&module, "ViewUniforms") as usize,
-                std::mem::size_of::<ViewUniforms>(),
-                "{name}"
-            );
-        }
-        let (points, _) =
-            validate("points", s.points, Capabilities::empty()).unwrap_or_else(|e| panic!("{e}"));
+    let s = shaders::POINT_SHADERS;
+    for (name, source) in [
+        ("points", s.points),
+        ("raster32", s.raster32),
+        ("resolve", shaders::RESOLVE),
+    ] {
+        let (module, _) =
+            validate(name, source, Capabilities::empty()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            u64::from(struct_size(&points, "StoredPoint")),
-            format.bytes(),
-            "{format:?}"
-        );
-        let (raster, _) = validate("raster32", s.raster32, Capabilities::empty())
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            struct_size(&raster, "ChunkDraw") as usize,
-            std::mem::size_of::<ChunkDraw>()
+            struct_size(&module, "ViewUniforms") as usize,
+            std::mem::size_of::<ViewUniforms>(),
+            "{name}"
         );
     }
+    let (points, _) =
+        validate("points", s.points, Capabilities::empty()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(u64::from(struct_size(&points, "StoredPoint")), POINT_BYTES);
+    let (raster, _) =
+        validate("raster32", s.raster32, Capabilities::empty()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        struct_size(&raster, "ChunkDraw") as usize,
+        std::mem::size_of::<ChunkDraw>()
+    );
 }
 
 #[test]
-fn the_compact_shader_decodes_confidence_as_the_rust_side() {
+fn the_point_shader_decodes_confidence_as_the_rust_side() {
     // The WGSL constants are written out; they must be the Rust ones.
     use streamrecon::viewer::point_format::{LN_CONFIDENCE_MIN, LN_CONFIDENCE_STEP};
-    let source = include_str!("../shaders/point_compact.wgsl");
+    let source = include_str!("../shaders/stored_point.wgsl");
     let constant = |name: &str| -> f32 {
         let line = source
             .lines()

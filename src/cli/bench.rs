@@ -119,9 +119,6 @@ pub struct BenchArgs {
     /// viewer: skip comparing the compute paths' pictures with the sprites'.
     #[arg(long)]
     pub no_compare: bool,
-    /// viewer: how points are stored: compact (16 bytes, the window's) or full (24 bytes).
-    #[arg(long, default_value = "compact")]
-    pub point_format: String,
     /// viewer: write each case's first picture into this folder as PNG.
     #[arg(long, value_name = "DIR")]
     pub save_pictures: Option<std::path::PathBuf>,

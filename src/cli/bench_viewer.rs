@@ -100,10 +100,6 @@ fn config(args: &BenchArgs) -> anyhow::Result<ViewerBenchConfig> {
         point_size_px: args.point_size,
         compare: !args.no_compare,
         save_pictures: args.save_pictures.clone(),
-        point_format: args
-            .point_format
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!("--point-format: {e}"))?,
         ..ViewerBenchConfig::default()
     })
 }
@@ -165,13 +161,12 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 
 fn print_table(r: &ViewerBenchReport) {
     println!(
-        "\nbench viewer: {} ({}), {}x{}, {}; {} points ({} B), timing by {}; window path: {}",
+        "\nbench viewer: {} ({}), {}x{}, {}; {} B a point, timing by {}; window path: {}",
         r.adapter,
         r.device_type,
         r.width,
         r.height,
         r.source,
-        r.point_format.name(),
         r.point_bytes,
         r.timing,
         r.auto_path.name()

@@ -7,34 +7,10 @@
 
 use std::ops::Range;
 
-use bytemuck::{Pod, Zeroable};
-
-/// Points per chunk: 4 Mi points of 24 bytes, 96 MiB per buffer (under wgpu's default 128 MiB
-/// storage binding limit, so every adapter takes it); 100 M points are 24 chunks.
+/// Points per chunk: 4 Mi points of 16 bytes (`point_format::CompactPoint`), 64 MiB per buffer
+/// (under wgpu's default 128 MiB storage binding limit, so every adapter takes it); 100 M points
+/// are 24 chunks.
 pub const DEFAULT_CHUNK_POINTS: u32 = 4 << 20;
-
-/// One point as the point shader reads it (`Point` in `shaders/points.wgsl`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
-pub struct GpuPoint {
-    pub xyz: [f32; 3],
-    /// r | g << 8 | b << 16
-    pub rgb: u32,
-    pub confidence: f32,
-    /// Frame index (wrapping at 2^32, which no session reaches).
-    pub frame: u32,
-}
-
-impl GpuPoint {
-    pub fn new(xyz: [f32; 3], rgb: [u8; 3], confidence: f32, frame: u64) -> Self {
-        Self {
-            xyz,
-            rgb: u32::from(rgb[0]) | (u32::from(rgb[1]) << 8) | (u32::from(rgb[2]) << 16),
-            confidence,
-            frame: frame as u32,
-        }
-    }
-}
 
 /// Where a run of a frame's points goes: `source` (indices into the frame's points) is written
 /// to `chunk` starting at point `first`.
@@ -192,13 +168,6 @@ impl ChunkBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn gpu_point_matches_the_shader_layout() {
-        assert_eq!(std::mem::size_of::<GpuPoint>(), 24);
-        let p = GpuPoint::new([1.0, 2.0, 3.0], [1, 2, 3], 4.0, 7);
-        assert_eq!(p.rgb, 0x0003_0201);
-    }
 
     #[test]
     fn appends_fill_chunks_in_order_and_spill() {

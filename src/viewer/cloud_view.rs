@@ -11,7 +11,7 @@ use super::camera::OrbitCamera;
 use super::chunks::{ChunkBook, DEFAULT_CHUNK_POINTS};
 use super::history::StreamHistory;
 use super::panels::{GpuPointStats, RenderSettings, controls::ViewRequests};
-use super::point_format::PointFormat;
+use super::point_format::POINT_BYTES;
 use super::raster::RenderPath;
 use super::render::{SceneFrame, SceneRenderer};
 use super::scene;
@@ -27,7 +27,6 @@ pub struct CloudView {
     auto_framed: bool,
     last_input: Option<Instant>,
     staging: Vec<u8>,
-    format: PointFormat,
     /// How the points are drawn: `settings.rasteriser`, or `auto_path`, where the device
     /// runs it (else the sprites).
     path: RenderPath,
@@ -48,13 +47,8 @@ impl CloudView {
         let mut path = RenderPath::Sprites;
         if let Some(rs) = &render_state {
             let downlevel = rs.adapter.get_downlevel_capabilities().flags;
-            let renderer = SceneRenderer::new(
-                &rs.device,
-                rs.target_format,
-                chunk_points,
-                downlevel,
-                PointFormat::default(),
-            );
+            let renderer =
+                SceneRenderer::new(&rs.device, rs.target_format, chunk_points, downlevel);
             path = RenderPath::auto(rs.device.features(), downlevel);
             if !renderer.supports(path) {
                 path = RenderPath::Sprites;
@@ -71,7 +65,6 @@ impl CloudView {
             auto_framed: false,
             last_input: None,
             staging: Vec::new(),
-            format: PointFormat::default(),
             path,
             auto_path: path,
             requested: None,
@@ -126,7 +119,7 @@ impl CloudView {
         let points = self.book.total_points();
         GpuPointStats {
             points,
-            bytes: points * self.format.bytes(),
+            bytes: points * POINT_BYTES,
             chunks: self.book.chunk_count(),
             stride: self.stride(),
             refused: self.book.refused_points(),

@@ -1,30 +1,20 @@
-//! How a point is stored on the GPU: the full 24-byte `GpuPoint`, or a compact 16-byte one: xyz
-//! f32, 8-bit RGB and a 16-bit code of ln(confidence), whose low byte takes the place of the
-//! lowest 8 mantissa bits of x (x keeps 15 bits of relative precision: 0.3 mm at 10 m). The frame
-//! comes from the store's frame table, since a chunk holds whole frames in order.
+//! How a point is stored on the GPU: 16 bytes, xyz f32, 8-bit RGB and a 16-bit code of
+//! ln(confidence), whose low byte takes the place of the lowest 8 mantissa bits of x (x keeps 15
+//! bits of relative precision: 0.3 mm at 10 m). The frame comes from the store's frame table,
+//! since a chunk holds whole frames in order.
 //!
-//! Both paths read either through `load_point` (shaders/point_full.wgsl or point_compact.wgsl),
-//! so the rest of the shaders do not know which is stored.
+//! Both paths read it through `load_point` (shaders/stored_point.wgsl). A 24-byte format with
+//! every value exact was measured beside it on the H200 and lost (docs/viewer.md): it drew no
+//! faster and took half as much memory again, so it was deleted.
 
 use bytemuck::{Pod, Zeroable};
 
-use super::chunks::GpuPoint;
 use crate::frame::FrameResult;
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum PointFormat {
-    /// xyz f32, rgb u32, confidence f32, frame u32: 24 bytes, every value exact.
-    Full,
-    /// xyz f32 and one word of r, g, b and a log-confidence code: 16 bytes, two thirds of the
-    /// memory and bandwidth; x to 2^-15 of itself, the confidence to 0.04 %.
-    #[default]
-    Compact,
-}
+/// Bytes of one stored point.
+pub const POINT_BYTES: u64 = std::mem::size_of::<CompactPoint>() as u64;
 
-/// One point in the compact format (`StoredPoint` in shaders/point_compact.wgsl).
+/// One point as stored (`StoredPoint` in shaders/stored_point.wgsl).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Pod, Zeroable)]
 pub struct CompactPoint {
@@ -85,73 +75,34 @@ impl CompactPoint {
     }
 }
 
-impl PointFormat {
-    pub const ALL: [Self; 2] = [Self::Full, Self::Compact];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Full => "full",
-            Self::Compact => "compact",
+/// The result's first `count` points as stored, into `out` (replaced). Large frames are encoded
+/// on rayon's pool: a frame of 307 k points takes a few ms on one core (a logarithm a point), and
+/// the window does this on its UI thread.
+pub fn encode_points(result: &FrameResult, count: usize, out: &mut Vec<u8>) {
+    /// Points per task: small enough to spread a frame, large enough to amortise a task.
+    const PER_TASK: usize = 16 * 1024;
+    let p = &result.points;
+    let count = count
+        .min(p.xyz.len())
+        .min(p.rgb.len())
+        .min(p.confidence.len());
+    let size = POINT_BYTES as usize;
+    out.clear();
+    out.resize(count * size, 0);
+    let encode_run = |first: usize, dst: &mut [u8]| {
+        for (k, slot) in dst.chunks_exact_mut(size).enumerate() {
+            let i = first + k;
+            let point = CompactPoint::new(p.xyz[i], p.rgb[i], p.confidence[i]);
+            slot.copy_from_slice(bytemuck::bytes_of(&point));
         }
-    }
-
-    /// Bytes of one stored point.
-    pub fn bytes(self) -> u64 {
-        match self {
-            Self::Full => std::mem::size_of::<GpuPoint>() as u64,
-            Self::Compact => std::mem::size_of::<CompactPoint>() as u64,
-        }
-    }
-
-    /// The result's first `count` points as stored, into `out` (replaced). Large frames are
-    /// encoded on rayon's pool: a frame of 307 k compact points takes a few ms on one core
-    /// (a logarithm a point), and the window does this on its UI thread.
-    pub fn encode(self, result: &FrameResult, count: usize, out: &mut Vec<u8>) {
-        /// Points per task: small enough to spread a frame, large enough to amortise a task.
-        const PER_TASK: usize = 16 * 1024;
-        let p = &result.points;
-        let count = count
-            .min(p.xyz.len())
-            .min(p.rgb.len())
-            .min(p.confidence.len());
-        let size = self.bytes() as usize;
-        out.clear();
-        out.resize(count * size, 0);
-        let frame = result.frame;
-        let encode_run = |first: usize, dst: &mut [u8]| match self {
-            Self::Full => {
-                for (k, slot) in dst.chunks_exact_mut(size).enumerate() {
-                    let i = first + k;
-                    let point = GpuPoint::new(p.xyz[i], p.rgb[i], p.confidence[i], frame);
-                    slot.copy_from_slice(bytemuck::bytes_of(&point));
-                }
-            }
-            Self::Compact => {
-                for (k, slot) in dst.chunks_exact_mut(size).enumerate() {
-                    let i = first + k;
-                    let point = CompactPoint::new(p.xyz[i], p.rgb[i], p.confidence[i]);
-                    slot.copy_from_slice(bytemuck::bytes_of(&point));
-                }
-            }
-        };
-        if count <= PER_TASK {
-            encode_run(0, out);
-        } else {
-            use rayon::prelude::*;
-            out.par_chunks_mut(PER_TASK * size)
-                .enumerate()
-                .for_each(|(task, dst)| encode_run(task * PER_TASK, dst));
-        }
-    }
-}
-
-impl std::str::FromStr for PointFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| format!("unknown point format `{s}` (full, compact)"))
+    };
+    if count <= PER_TASK {
+        encode_run(0, out);
+    } else {
+        use rayon::prelude::*;
+        out.par_chunks_mut(PER_TASK * size)
+            .enumerate()
+            .for_each(|(task, dst)| encode_run(task * PER_TASK, dst));
     }
 }
 
@@ -162,8 +113,7 @@ mod tests {
     #[test]
     fn compact_points_are_16_bytes_and_pack_rgb_and_confidence() {
         assert_eq!(std::mem::size_of::<CompactPoint>(), 16);
-        assert_eq!(PointFormat::Compact.bytes(), 16);
-        assert_eq!(PointFormat::Full.bytes(), 24);
+        assert_eq!(POINT_BYTES, 16);
         let p = CompactPoint::new([1.0, 2.0, 3.0], [1, 2, 3], 1.0);
         assert_eq!(p.packed & 0x00ff_ffff, 0x0003_0201);
         assert_eq!(p.confidence_code(), confidence_code(1.0));
@@ -190,33 +140,18 @@ mod tests {
         let r = stream.next_result();
         let n = r.points.len();
         assert!(n > 40_000, "several tasks' worth: {n}");
-        for format in PointFormat::ALL {
-            let mut out = vec![7u8; 3];
-            format.encode(&r, n - 5, &mut out);
-            assert_eq!(out.len() as u64, (n as u64 - 5) * format.bytes());
-            for i in [0, 1, 16_383, 16_384, 40_000, n - 6] {
-                let at = i * format.bytes() as usize;
-                let expected: Vec<u8> = match format {
-                    PointFormat::Full => bytemuck::bytes_of(&GpuPoint::new(
-                        r.points.xyz[i],
-                        r.points.rgb[i],
-                        r.points.confidence[i],
-                        r.frame,
-                    ))
-                    .to_vec(),
-                    PointFormat::Compact => bytemuck::bytes_of(&CompactPoint::new(
-                        r.points.xyz[i],
-                        r.points.rgb[i],
-                        r.points.confidence[i],
-                    ))
-                    .to_vec(),
-                };
-                assert_eq!(
-                    &out[at..at + expected.len()],
-                    &expected[..],
-                    "{format:?} point {i}"
-                );
-            }
+        let mut out = vec![7u8; 3];
+        encode_points(&r, n - 5, &mut out);
+        assert_eq!(out.len() as u64, (n as u64 - 5) * POINT_BYTES);
+        for i in [0, 1, 16_383, 16_384, 40_000, n - 6] {
+            let at = i * POINT_BYTES as usize;
+            let expected =
+                CompactPoint::new(r.points.xyz[i], r.points.rgb[i], r.points.confidence[i]);
+            assert_eq!(
+                &out[at..at + POINT_BYTES as usize],
+                bytemuck::bytes_of(&expected),
+                "point {i}"
+            );
         }
     }
 

@@ -13,7 +13,7 @@ use eframe::egui_wgpu::{self, wgpu};
 
 use super::chunks::{ChunkBook, Placement};
 use super::lines::LineVertex;
-use super::point_format::PointFormat;
+use super::point_format::POINT_BYTES;
 use super::raster::{ComputeRaster, RenderPath};
 use super::shaders;
 
@@ -45,7 +45,7 @@ pub struct ViewUniforms {
     pub log_confidence_range: [f32; 2],
     pub chunk_points: u32,
     pub frame_count: u32,
-    /// `confidence_threshold` as a compact point's code (`point_format::confidence_code`).
+    /// `confidence_threshold` as a stored point's code (`point_format::confidence_code`).
     pub threshold_code: u32,
     pub pad: u32,
 }
@@ -133,7 +133,6 @@ pub struct SceneRenderer {
     uniform_bind_group: wgpu::BindGroup,
     /// The store's frame table (`ChunkBook::frames`), bound beside the uniforms.
     frame_table: FrameTable,
-    format: PointFormat,
     chunk_layout: wgpu::BindGroupLayout,
     blit_layout: wgpu::BindGroupLayout,
     chunks: Vec<GpuChunk>,
@@ -145,16 +144,14 @@ pub struct SceneRenderer {
 impl SceneRenderer {
     /// `colour_format` is egui's target format: the offscreen target uses it too, so the copy
     /// into egui's pass is a plain texel load.
-    /// `downlevel` is the adapter's (whether it runs compute shaders); `format` how points
-    /// are stored.
+    /// `downlevel` is the adapter's (whether it runs compute shaders).
     pub fn new(
         device: &wgpu::Device,
         colour_format: wgpu::TextureFormat,
         chunk_points: u32,
         downlevel: wgpu::DownlevelFlags,
-        format: PointFormat,
     ) -> Self {
-        let shaders = shaders::point_shaders(format);
+        let shaders = shaders::POINT_SHADERS;
         let all_stages =
             wgpu::ShaderStages::VERTEX | wgpu::ShaderStages::FRAGMENT | wgpu::ShaderStages::COMPUTE;
         let uniform_buffer = device.create_buffer(&wgpu::BufferDescriptor {
@@ -205,7 +202,7 @@ impl SceneRenderer {
                 ty: wgpu::BindingType::Buffer {
                     ty: wgpu::BufferBindingType::Storage { read_only: true },
                     has_dynamic_offset: false,
-                    min_binding_size: NonZeroU64::new(format.bytes()),
+                    min_binding_size: NonZeroU64::new(POINT_BYTES),
                 },
                 count: None,
             }],
@@ -304,7 +301,6 @@ impl SceneRenderer {
             uniform_layout,
             uniform_bind_group,
             frame_table,
-            format,
             chunk_layout,
             blit_layout,
             chunks: Vec::new(),
@@ -333,11 +329,7 @@ impl SceneRenderer {
     }
 
     fn chunk_bytes(&self) -> u64 {
-        u64::from(self.chunk_points) * self.format.bytes()
-    }
-
-    pub fn format(&self) -> PointFormat {
-        self.format
+        u64::from(self.chunk_points) * POINT_BYTES
     }
 
     /// Brings the GPU copy of the book's frame table up to date (appending what is new, or
@@ -436,7 +428,7 @@ impl SceneRenderer {
         placements: &[Placement],
         points: &[u8],
     ) {
-        let point_bytes = self.format.bytes() as usize;
+        let point_bytes = POINT_BYTES as usize;
         for placement in placements {
             if self.reserve_chunks(device, placement.chunk + 1) <= placement.chunk {
                 continue;

@@ -48,7 +48,7 @@ pub fn append_result(
         return 0;
     }
     let stored: usize = placements.iter().map(|p| p.source.len()).sum();
-    store.format().encode(result, stored, staging);
+    point_format::encode_points(result, stored, staging);
     store.upload_points(device, queue, &placements, staging);
     store.sync_frames(device, queue, book);
     stored

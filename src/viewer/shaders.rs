@@ -1,23 +1,21 @@
 //! WGSL sources, compiled into the binary. `common.wgsl` (the view uniforms and colour ramp) is
 //! prepended to every shader that reads the view, and `point.wgsl` (the point and its colour)
-//! with the stored format's `point_full.wgsl` or `point_compact.wgsl` (`load_point`) to both
-//! point paths, so sprites and the compute rasteriser filter and colour alike.
+//! with `stored_point.wgsl` (`load_point`) to both point paths, so sprites and the compute
+//! rasteriser filter and colour alike.
 
-use super::point_format::PointFormat;
-
-/// A point shader: common, point and the format's loader, then the given files.
+/// A point shader: common, point and the stored point's loader, then the given files.
 macro_rules! point_shader {
-    ($format:literal $(, $file:literal)*) => {
+    ($($file:literal),*) => {
         concat!(
             include_str!("../../shaders/common.wgsl"),
             include_str!("../../shaders/point.wgsl"),
-            include_str!(concat!("../../shaders/point_", $format, ".wgsl")),
+            include_str!("../../shaders/stored_point.wgsl"),
             $(include_str!(concat!("../../shaders/", $file)),)*
         )
     };
 }
 
-/// The shaders that read stored points, for one point format.
+/// The shaders that read stored points.
 #[derive(Debug, Clone, Copy)]
 pub struct PointShaders {
     /// Sprites.
@@ -32,36 +30,12 @@ pub struct PointShaders {
     pub raster32: &'static str,
 }
 
-const FULL: PointShaders = PointShaders {
-    points: point_shader!("full", "points.wgsl"),
-    raster64: point_shader!("full", "splat.wgsl", "raster64_blind.wgsl", "raster64.wgsl"),
-    raster64_peek: point_shader!("full", "splat.wgsl", "raster64_peek.wgsl", "raster64.wgsl"),
-    raster32: point_shader!("full", "splat.wgsl", "raster32.wgsl"),
+pub const POINT_SHADERS: PointShaders = PointShaders {
+    points: point_shader!("points.wgsl"),
+    raster64: point_shader!("splat.wgsl", "raster64_blind.wgsl", "raster64.wgsl"),
+    raster64_peek: point_shader!("splat.wgsl", "raster64_peek.wgsl", "raster64.wgsl"),
+    raster32: point_shader!("splat.wgsl", "raster32.wgsl"),
 };
-
-const COMPACT: PointShaders = PointShaders {
-    points: point_shader!("compact", "points.wgsl"),
-    raster64: point_shader!(
-        "compact",
-        "splat.wgsl",
-        "raster64_blind.wgsl",
-        "raster64.wgsl"
-    ),
-    raster64_peek: point_shader!(
-        "compact",
-        "splat.wgsl",
-        "raster64_peek.wgsl",
-        "raster64.wgsl"
-    ),
-    raster32: point_shader!("compact", "splat.wgsl", "raster32.wgsl"),
-};
-
-pub fn point_shaders(format: PointFormat) -> PointShaders {
-    match format {
-        PointFormat::Full => FULL,
-        PointFormat::Compact => COMPACT,
-    }
-}
 
 pub const LINES: &str = concat!(
     include_str!("../../shaders/common.wgsl"),
@@ -86,25 +60,23 @@ pub enum ShaderNeeds {
     Int64AtomicAll,
 }
 
-/// Every shader module the viewer creates, by name (`points/full`, `raster64/compact`, …),
-/// with what it needs (for validation tests).
+/// Every shader module the viewer creates, by name, with what it needs (for validation tests).
 pub fn all() -> Vec<(String, &'static str, ShaderNeeds)> {
-    let mut out = vec![
-        ("lines".to_string(), LINES, ShaderNeeds::Base),
-        ("blit".to_string(), BLIT, ShaderNeeds::Base),
-        ("resolve".to_string(), RESOLVE, ShaderNeeds::Base),
-    ];
-    for format in PointFormat::ALL {
-        let s = point_shaders(format);
-        let name = |n: &str| format!("{n}/{}", format.name());
-        out.push((name("points"), s.points, ShaderNeeds::Base));
-        out.push((name("raster64"), s.raster64, ShaderNeeds::Int64AtomicMinMax));
-        out.push((
-            name("raster64_peek"),
-            s.raster64_peek,
+    let p = POINT_SHADERS;
+    [
+        ("lines", LINES, ShaderNeeds::Base),
+        ("blit", BLIT, ShaderNeeds::Base),
+        ("resolve", RESOLVE, ShaderNeeds::Base),
+        ("points", p.points, ShaderNeeds::Base),
+        ("raster64", p.raster64, ShaderNeeds::Int64AtomicMinMax),
+        (
+            "raster64_peek",
+            p.raster64_peek,
             ShaderNeeds::Int64AtomicAll,
-        ));
-        out.push((name("raster32"), s.raster32, ShaderNeeds::Base));
-    }
-    out
+        ),
+        ("raster32", p.raster32, ShaderNeeds::Base),
+    ]
+    .into_iter()
+    .map(|(name, source, needs)| (name.to_string(), source, needs))
+    .collect()
 }

@@ -25,7 +25,7 @@ use crate::viewer::gpu::{HeadlessError, HeadlessGpu};
 use crate::viewer::history::StreamHistory;
 use crate::viewer::panels::RenderSettings;
 use crate::viewer::picture::{self, PictureDiff};
-use crate::viewer::point_format::PointFormat;
+use crate::viewer::point_format::POINT_BYTES;
 use crate::viewer::raster::RenderPath;
 use crate::viewer::render::SceneRenderer;
 use crate::viewer::scene;
@@ -95,8 +95,6 @@ pub struct ViewerBenchConfig {
     pub compare: bool,
     /// Points per chunk of the store.
     pub chunk_points: u32,
-    /// How points are stored (the window's default: compact).
-    pub point_format: PointFormat,
     /// Write each case's first picture here as PNG (`POINTS-PATH-BUDGET.png`).
     pub save_pictures: Option<std::path::PathBuf>,
 }
@@ -118,7 +116,6 @@ impl Default for ViewerBenchConfig {
             point_size_px: RenderSettings::default().point_size_px,
             compare: true,
             chunk_points: DEFAULT_CHUNK_POINTS,
-            point_format: PointFormat::default(),
             save_pictures: None,
         }
     }
@@ -140,7 +137,6 @@ pub struct ViewerBenchReport {
     pub width: u32,
     pub height: u32,
     pub source: String,
-    pub point_format: PointFormat,
     pub point_bytes: u64,
     pub chunk_points: u32,
     pub append: AppendReport,
@@ -281,13 +277,7 @@ pub fn run_viewer_bench(
         timing: timer.method(),
     });
 
-    let mut renderer = SceneRenderer::new(
-        &gpu.device,
-        TARGET_FORMAT,
-        cfg.chunk_points,
-        downlevel,
-        cfg.point_format,
-    );
+    let mut renderer = SceneRenderer::new(&gpu.device, TARGET_FORMAT, cfg.chunk_points, downlevel);
     let mut book = ChunkBook::new(cfg.chunk_points, u64::MAX);
     let mut history = StreamHistory::default();
     let mut frames = Frames::open(&cfg.source)?;
@@ -311,8 +301,7 @@ pub fn run_viewer_bench(
         width: cfg.width,
         height: cfg.height,
         source: cfg.source.describe(),
-        point_format: cfg.point_format,
-        point_bytes: cfg.point_format.bytes(),
+        point_bytes: POINT_BYTES,
         chunk_points: cfg.chunk_points,
         append: AppendReport::default(),
         cases: Vec::new(),

@@ -1,4 +1,4 @@
-// Points stored compactly: 16 bytes (`CompactPoint` in src/viewer/point_format.rs): xyz and one
+// How points are stored: 16 bytes (`CompactPoint` in src/viewer/point_format.rs): xyz and one
 // word of r, g, b and the high byte of a 16-bit code of ln(confidence) (`LN_CONFIDENCE_MIN` +
 // code * `LN_CONFIDENCE_STEP`), whose low byte sits in x's lowest 8 mantissa bits (masked off
 // when x is read: x is kept to 2^-15 of itself). The frame comes from the frame table.
