@@ -1,9 +1,15 @@
-//! `bench e2e`: the whole model on the GPU, frame by frame, as the reference's profiler measures
-//! it (random weights, synthetic images, phase 1 then one call per frame): per-frame
-//! milliseconds (median, p99, and around 10/50/90 % of the run), phase 1, a per-stage breakdown
-//! (from eagerly run, event-timed frames after the timed run), device memory, and the host's
-//! share of each frame.
+//! `bench e2e`: the whole model on the GPU, frame by frame (random weights, synthetic images,
+//! phase 1 then one call per frame): per-frame milliseconds (median, p99, and around 10/50/90 %
+//! of the run), phase 1, a per-stage breakdown (from eagerly run, event-timed frames after the
+//! timed run), device memory, and the host's share of each frame.
+//!
+//! Two numbers per frame: its latency (submission to its points on the host) and the frame
+//! period (the time between consecutive frames' results), the rate a stream gets. With one call
+//! in flight (`in_flight: 1`, how the reference's profiler runs) the two are the same; with two
+//! (how `run` and `view` drive the session) the next frame is queued while this one runs, and
+//! its images and DINO overlap this frame's aggregator and heads on the GPU.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -13,7 +19,7 @@ use crate::attention::AttentionLayout;
 use crate::backend::cuda::AttentionKernel;
 use crate::backend::cuda::gemm::Tuning;
 use crate::backend::load::RandomPreset;
-use crate::gpu_model::engine::{DeviceMemory, GpuModel, SessionConfig};
+use crate::gpu_model::engine::{DeviceMemory, GpuModel, MAX_IN_FLIGHT, SessionConfig, StepImages};
 use crate::gpu_model::transformer::GeluMode;
 
 /// What to run, and how.
@@ -40,6 +46,9 @@ pub struct E2eConfig {
     pub profile_frames: usize,
     /// How cuBLASLt's algorithm of each GEMM shape is chosen.
     pub gemm_tuning: Tuning,
+    /// Calls queued before the oldest is waited for: 1 (one frame at a time) or 2 (as the
+    /// product runs).
+    pub in_flight: usize,
     /// GPU ordinal.
     pub device: usize,
 }
@@ -65,7 +74,10 @@ pub enum E2eProgress {
 pub struct FrameTime {
     pub frame: usize,
     pub keyframe: bool,
+    /// Latency: from the frame's submission to its outputs on the host.
     pub wall_ms: f64,
+    /// From the previous frame's outputs to this frame's (the first frame: its latency).
+    pub period_ms: f64,
     pub gpu_ms: f64,
     /// Host time of the submission: plan, page table, image, launch, copies queued.
     pub host_ms: f64,
@@ -80,6 +92,7 @@ pub struct Window {
     pub first_frame: usize,
     pub last_frame: usize,
     pub mean_wall_ms: f64,
+    pub mean_period_ms: f64,
     pub mean_gpu_ms: f64,
 }
 
@@ -88,6 +101,7 @@ pub struct Window {
 pub struct Growth {
     pub streaming_frame: usize,
     pub mean_wall_ms: f64,
+    pub mean_period_ms: f64,
     pub mean_gpu_ms: f64,
 }
 
@@ -105,11 +119,15 @@ pub struct E2eReport {
     pub kernel: String,
     pub local_kernel: String,
     pub graphs: bool,
+    pub in_flight: usize,
     pub streaming_frames: usize,
     pub setup_s: f64,
     pub phase1_ms: f64,
+    /// Latency per frame.
     pub median_wall_ms: f64,
     pub p99_wall_ms: f64,
+    /// Time between consecutive frames' results: `fps_steady` is its inverse.
+    pub median_period_ms: f64,
     pub median_gpu_ms: f64,
     pub median_host_ms: f64,
     pub median_image_upload_ms: f64,
@@ -150,7 +168,7 @@ const GROWTH_MARKS: [usize; 8] = [100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20
 /// Frames averaged on each side of a mark.
 pub const GROWTH_HALF_SPAN: usize = 50;
 
-/// Mean wall and GPU time around each mark a run of `frames` reaches (streaming frame `k` is
+/// Mean latency, period and GPU time around each mark a run of `frames` reaches (streaming frame `k` is
 /// `frames[k]`); the last mark is clamped to the run's end so a 10,000-frame run reports it.
 fn growth(frames: &[FrameTime]) -> Vec<Growth> {
     GROWTH_MARKS
@@ -163,6 +181,7 @@ fn growth(frames: &[FrameTime]) -> Vec<Growth> {
             Growth {
                 streaming_frame: mark,
                 mean_wall_ms: span.iter().map(|f| f.wall_ms).sum::<f64>() / n,
+                mean_period_ms: span.iter().map(|f| f.period_ms).sum::<f64>() / n,
                 mean_gpu_ms: span.iter().map(|f| f.gpu_ms).sum::<f64>() / n,
             }
         })
@@ -253,23 +272,35 @@ pub fn run_e2e(
         ms: phase1_ms,
     });
 
+    let in_flight = args.in_flight.clamp(1, MAX_IN_FLIGHT);
     let mut frames = Vec::with_capacity(args.frames);
     let interval = args.keyframe_interval.max(1);
-    for i in scale..total {
-        let keyframe = (i - scale).is_multiple_of(interval);
-        let img = &images[i % images.len()];
-        debug_assert_eq!(img.len(), plane);
-        let out = session
-            .step(img, i as u64..i as u64 + 1, keyframe)
-            .map_err(|source| BenchError::Step {
-                step: format!("frame {i}"),
-                source,
-            })?;
+    let mut queued: VecDeque<(usize, bool)> = VecDeque::with_capacity(in_flight);
+    let mut last_result = Instant::now();
+    let mut collect = |session: &mut crate::gpu_model::engine::GpuSession,
+                       queued: &mut VecDeque<(usize, bool)>,
+                       frames: &mut Vec<FrameTime>|
+     -> Result<(), BenchError> {
+        let Some((i, keyframe)) = queued.pop_front() else {
+            return Ok(());
+        };
+        let out = session.finish().map_err(|source| BenchError::Step {
+            step: format!("frame {i}"),
+            source,
+        })?;
+        let now = Instant::now();
         let t = &out.timing;
+        let period_ms = if frames.is_empty() {
+            t.wall_ms
+        } else {
+            now.duration_since(last_result).as_secs_f64() * 1e3
+        };
+        last_result = now;
         frames.push(FrameTime {
             frame: i,
             keyframe,
             wall_ms: t.wall_ms,
+            period_ms,
             gpu_ms: t.gpu_ms,
             host_ms: t.host_ms,
             image_upload_ms: t.image_upload_ms,
@@ -283,6 +314,25 @@ pub fn run_e2e(
                 wall_ms: t.wall_ms,
             });
         }
+        Ok(())
+    };
+    for i in scale..total {
+        let keyframe = (i - scale).is_multiple_of(interval);
+        let img = &images[i % images.len()];
+        debug_assert_eq!(img.len(), plane);
+        if queued.len() >= in_flight {
+            collect(&mut session, &mut queued, &mut frames)?;
+        }
+        session
+            .submit(StepImages::Model(img), i as u64..i as u64 + 1, keyframe)
+            .map_err(|source| BenchError::Step {
+                step: format!("frame {i}"),
+                source,
+            })?;
+        queued.push_back((i, keyframe));
+    }
+    while !queued.is_empty() {
+        collect(&mut session, &mut queued, &mut frames)?;
     }
 
     // Per-stage breakdown: a few more frames run eagerly with events between the stages.
@@ -312,6 +362,7 @@ pub fn run_e2e(
     // Steady state: skip the first frames (graph capture, window filling).
     let steady = &frames[frames.len().min(10)..];
     let wall = sorted(steady.iter().map(|f| f.wall_ms));
+    let period = sorted(steady.iter().map(|f| f.period_ms));
     let gpu = sorted(steady.iter().map(|f| f.gpu_ms));
     let host = sorted(steady.iter().map(|f| f.host_ms));
     let image_upload = sorted(steady.iter().map(|f| f.image_upload_ms));
@@ -329,11 +380,12 @@ pub fn run_e2e(
                 first_frame: span[0].frame,
                 last_frame: span[span.len() - 1].frame,
                 mean_wall_ms: span.iter().map(|f| f.wall_ms).sum::<f64>() / n,
+                mean_period_ms: span.iter().map(|f| f.period_ms).sum::<f64>() / n,
                 mean_gpu_ms: span.iter().map(|f| f.gpu_ms).sum::<f64>() / n,
             }
         })
         .collect();
-    let median_wall = percentile(&wall, 0.5);
+    let median_period = percentile(&period, 0.5);
     Ok(E2eReport {
         device: model.device().info.name.clone(),
         preset: preset_name(args.preset).to_owned(),
@@ -346,15 +398,17 @@ pub fn run_e2e(
         kernel: format!("{:?}", session.kernel()),
         local_kernel: format!("{:?}", session.local_kernel()),
         graphs: args.graphs,
+        in_flight,
         streaming_frames: args.frames,
         setup_s,
         phase1_ms,
-        median_wall_ms: median_wall,
+        median_wall_ms: percentile(&wall, 0.5),
         p99_wall_ms: percentile(&wall, 0.99),
+        median_period_ms: median_period,
         median_gpu_ms: percentile(&gpu, 0.5),
         median_host_ms: percentile(&host, 0.5),
         median_image_upload_ms: percentile(&image_upload, 0.5),
-        fps_steady: 1e3 / median_wall,
+        fps_steady: 1e3 / median_period,
         windows,
         growth: growth(&frames),
         stages_ms,
@@ -387,6 +441,7 @@ mod tests {
                 frame: k + 8,
                 keyframe: true,
                 wall_ms: k as f64,
+                period_ms: k as f64 / 4.0,
                 gpu_ms: k as f64 / 2.0,
                 host_ms: 0.0,
                 image_upload_ms: 0.0,
@@ -404,6 +459,7 @@ mod tests {
         // Frames 450..550 average 499.5; the last mark is clamped to the run: 900..1000.
         assert!((g[2].mean_wall_ms - 499.5).abs() < 1e-9);
         assert!((g[2].mean_gpu_ms - 249.75).abs() < 1e-9);
+        assert!((g[2].mean_period_ms - 124.875).abs() < 1e-9);
         assert!((g[3].mean_wall_ms - 949.5).abs() < 1e-9);
         assert!((g[0].mean_wall_ms - 99.5).abs() < 1e-9);
         assert!(growth(&run_of(99)).is_empty());

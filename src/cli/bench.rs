@@ -89,6 +89,11 @@ pub struct BenchArgs {
     /// e2e: take cuBLASLt's first guess for every GEMM shape instead of timing its candidates.
     #[arg(long)]
     pub gemm_heuristic: bool,
+    /// e2e: calls queued before the oldest is waited for: 2 as `run` and `view` drive the model
+    /// (the next frame's images and DINO overlap this frame's work), 1 one frame at a time (as
+    /// the reference's profiler runs).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub in_flight: u8,
     /// viewer: the offscreen view's size, WIDTHxHEIGHT.
     #[arg(long, default_value = "1920x1080")]
     pub size: String,

@@ -58,6 +58,7 @@ fn e2e_config(args: &BenchArgs) -> anyhow::Result<E2eConfig> {
         } else {
             Tuning::Measure
         },
+        in_flight: usize::from(args.in_flight),
         device: args.device,
     })
 }
@@ -91,7 +92,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 fn print_table(r: &E2eReport) {
     let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
     println!(
-        "e2e,{} {}x{} on {}, kernel {} (frame-local {}), graphs {}, {} scale + {} frames, keyframe every {}",
+        "e2e,{} {}x{} on {}, kernel {} (frame-local {}), graphs {}, {} in flight, {} scale + {} frames, keyframe every {}",
         r.preset,
         r.width,
         r.height,
@@ -99,6 +100,7 @@ fn print_table(r: &E2eReport) {
         r.kernel,
         r.local_kernel,
         r.graphs,
+        r.in_flight,
         r.scale_frames,
         r.streaming_frames,
         r.keyframe_interval
@@ -110,7 +112,11 @@ fn print_table(r: &E2eReport) {
         r.scale_frames, r.phase1_ms
     );
     println!(
-        "| per frame, median (wall / GPU / host submission) | {:.2} / {:.2} / {:.3} ms |",
+        "| frame period, median (one result to the next) | {:.2} ms |",
+        r.median_period_ms
+    );
+    println!(
+        "| per frame, median (latency / GPU / host submission) | {:.2} / {:.2} / {:.3} ms |",
         r.median_wall_ms, r.median_gpu_ms, r.median_host_ms
     );
     println!(
@@ -118,20 +124,29 @@ fn print_table(r: &E2eReport) {
         r.median_host_ms - r.median_image_upload_ms,
         r.median_image_upload_ms
     );
-    println!("| per frame, p99 (wall) | {:.2} ms |", r.p99_wall_ms);
+    println!("| per frame, p99 (latency) | {:.2} ms |", r.p99_wall_ms);
     println!("| steady FPS | {:.1} |", r.fps_steady);
     for w in &r.windows {
         println!(
-            "| mean around {} % (frames {}–{}) wall / GPU | {:.2} / {:.2} ms |",
-            w.at_percent, w.first_frame, w.last_frame, w.mean_wall_ms, w.mean_gpu_ms
+            "| mean around {} % (frames {}–{}) period / latency / GPU | {:.2} / {:.2} / {:.2} ms |",
+            w.at_percent,
+            w.first_frame,
+            w.last_frame,
+            w.mean_period_ms,
+            w.mean_wall_ms,
+            w.mean_gpu_ms
         );
     }
     // Only long runs: the 10/50/90 % rows already describe a few hundred frames.
     if r.streaming_frames >= 1_000 {
         for g in &r.growth {
             println!(
-                "| mean around streaming frame {} (±{}) wall / GPU | {:.2} / {:.2} ms |",
-                g.streaming_frame, GROWTH_HALF_SPAN, g.mean_wall_ms, g.mean_gpu_ms
+                "| mean around streaming frame {} (±{}) period / latency / GPU | {:.2} / {:.2} / {:.2} ms |",
+                g.streaming_frame,
+                GROWTH_HALF_SPAN,
+                g.mean_period_ms,
+                g.mean_wall_ms,
+                g.mean_gpu_ms
             );
         }
     }

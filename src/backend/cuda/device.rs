@@ -74,7 +74,8 @@ impl CudaDevice {
         probe(ordinal)?;
         let ctx = CudaContext::new(ordinal)?;
         let info = info_of(&ctx)?;
-        let stream = ctx.new_stream()?;
+        ctx.bind_to_thread()?;
+        let stream = ctx.new_stream_with_priority(stream_priorities()?.greatest)?;
         let kernels = KernelRegistry::load(&ctx, info.arch)?;
         Ok(Self {
             ctx,
@@ -84,14 +85,38 @@ impl CudaDevice {
         })
     }
 
-    /// The same GPU, context and kernels with a second stream, for work that may overlap the
-    /// first stream's (order the two with events).
+    /// The same GPU, context and kernels with a second stream at the first one's (the highest)
+    /// priority, for work that may overlap the first stream's (order the two with events).
     pub fn with_new_stream(&self) -> Result<Self, CudaError> {
+        self.with_stream_priority(stream_priorities()?.greatest)
+    }
+
+    /// As [`Self::with_new_stream`], at the lowest priority: its kernels take the SMs the other
+    /// streams leave idle, and theirs go first wherever both are ready. Graphs launched on it
+    /// run at its priority.
+    pub fn with_background_stream(&self) -> Result<Self, CudaError> {
+        self.with_stream_priority(stream_priorities()?.least)
+    }
+
+    fn with_stream_priority(&self, priority: i32) -> Result<Self, CudaError> {
+        self.ctx.bind_to_thread()?;
         Ok(Self {
             ctx: self.ctx.clone(),
-            stream: self.ctx.new_stream()?,
+            stream: self.ctx.new_stream_with_priority(priority)?,
             info: self.info.clone(),
             kernels: self.kernels.clone(),
         })
     }
+}
+
+/// The device's stream priorities (numerically smaller is more urgent; both 0 on a device
+/// without priorities).
+struct StreamPriorities {
+    least: i32,
+    greatest: i32,
+}
+
+fn stream_priorities() -> Result<StreamPriorities, CudaError> {
+    let (least, greatest) = cudarc::driver::result::stream::get_priority_range()?;
+    Ok(StreamPriorities { least, greatest })
 }

@@ -1,18 +1,71 @@
-//! The device work of one call (DINO, the aggregator, the heads, the points): launches only, so the
-//! same code runs eagerly and is captured as a streaming step's CUDA graph.
+//! The main stream's work of one call (the aggregator, the heads, the points; DINO runs on the
+//! front stream, `front.rs`): launches only, so the same code runs eagerly and is captured as a
+//! streaming step's CUDA graph.
 
-use super::device_io::{copy_dtod, image_to_rgb8};
+use super::device_io::copy_dtod;
 use super::*;
 
+/// The two halves of the main stream's work, each its own graph: the front's next call may wait
+/// for the end of the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Part {
+    /// Special tokens and the 24 frame + 24 global blocks, into the taps.
+    Aggregator,
+    /// The camera head (side stream), the depth head and the points.
+    Heads,
+}
+
 impl GpuSession {
-    /// All of one call's device work (launches only; captured as the graph for streaming steps).
+    /// One part of the main stream's work of a call whose DINO tokens are in `x` already
+    /// (launches only; captured as a graph for streaming steps).
     pub(super) fn forward(
         &mut self,
+        part: Part,
         s: usize,
         committed: u64,
         scale_frames: usize,
         keyframe: bool,
         profile: Option<&mut Vec<(String, f64)>>,
+    ) -> Result<(), CudaError> {
+        let dev = Arc::clone(&self.dev);
+        let timed = profile.is_some();
+        let mut marks: Vec<(&'static str, CudaEvent)> = Vec::new();
+        let mark = |name: &'static str, marks: &mut Vec<(&'static str, CudaEvent)>| {
+            if timed {
+                let ev = dev
+                    .stream
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+                marks.push((name, ev));
+            }
+            Ok::<(), CudaError>(())
+        };
+        mark("start", &mut marks)?;
+        match part {
+            Part::Aggregator => self.aggregate(s, committed, scale_frames, &mut |name| {
+                mark(name, &mut marks)
+            })?,
+            Part::Heads => self.heads(s, keyframe, &mut |name| mark(name, &mut marks))?,
+        }
+        if let Some(stages) = profile {
+            // Stages that repeat (one per block) are summed.
+            for pair in marks.windows(2) {
+                let ms = pair[0].1.elapsed_ms(&pair[1].1)? as f64;
+                match stages.iter_mut().find(|(n, _)| n == pair[1].0) {
+                    Some((_, total)) => *total += ms,
+                    None => stages.push((pair[1].0.to_owned(), ms)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The special tokens and the aggregator's blocks; `mark` ends a stage.
+    fn aggregate(
+        &mut self,
+        s: usize,
+        committed: u64,
+        scale_frames: usize,
+        mark: &mut dyn FnMut(&'static str) -> Result<(), CudaError>,
     ) -> Result<(), CudaError> {
         let dev = Arc::clone(&self.dev);
         let dev = &*dev;
@@ -22,93 +75,6 @@ impl GpuSession {
         let b = &self.bufs;
         let c = sh.embed;
         let cfg = model.config().clone();
-        let patch_len = 3 * cfg.patch * cfg.patch;
-        let plane = sh.plane();
-        let mut marks: Vec<(&'static str, CudaEvent)> = Vec::new();
-        let mark = |name: &'static str, marks: &mut Vec<(&'static str, CudaEvent)>| {
-            if profile.is_some() {
-                let ev = dev
-                    .stream
-                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-                marks.push((name, ev));
-            }
-            Ok::<(), CudaError>(())
-        };
-        mark("start", &mut marks)?;
-
-        // DINO: patch embedding, token assembly, 24 blocks within each frame, final norm into
-        // the aggregator's token rows 6.. of each frame.
-        for f in 0..s {
-            ops::patchify_normalized(
-                dev,
-                b.image.slice(f * 3 * plane, 3 * plane)?,
-                sh.height,
-                sh.width,
-                b.patches
-                    .slice(f * sh.patches * patch_len, sh.patches * patch_len)?,
-            )?;
-        }
-        let proj = &w.dino.patch_proj;
-        self.gemm.linear(
-            dev,
-            b.patches,
-            proj.weight_ptr(),
-            proj.bias_ptr(),
-            b.patch_emb,
-            s * sh.patches,
-            c,
-            patch_len,
-            Epilogue::Bias,
-        )?;
-        for f in 0..s {
-            ops::dino_assemble(
-                dev,
-                b.patch_emb.slice(f * sh.patches * c, sh.patches * c)?,
-                DevPtr::of(&w.dino.cls_token),
-                DevPtr::of(&w.dino.register_tokens),
-                b.dino_pos,
-                b.dino_x.slice(f * sh.dino_tokens * c, sh.dino_tokens * c)?,
-                sh.patches,
-                c,
-            )?;
-        }
-        let dino_x = b.dino_x.slice(0, s * sh.dino_tokens * c)?;
-        for (i, block) in w.dino.blocks.iter().enumerate() {
-            block_forward(
-                dev,
-                &mut self.gemm,
-                block,
-                dino_x,
-                s * sh.dino_tokens,
-                &b.scratch,
-                Attend::WithinFrames {
-                    frames: s,
-                    tokens: sh.dino_tokens,
-                    tables: b.dino_tables,
-                    rope: Rope::None,
-                },
-                self.local_setup,
-                self.sc.gelu,
-                Chain::link(&w.dino.blocks, i, |b| &b.norm1),
-            )?;
-        }
-        let norm = &w.dino.norm;
-        for f in 0..s {
-            ops::layer_norm(
-                dev,
-                b.dino_x.slice(
-                    (f * sh.dino_tokens + 1 + DINO_REGISTERS) * c,
-                    sh.patches * c,
-                )?,
-                sh.patches,
-                c,
-                norm.weight_ptr(),
-                norm.bias_ptr(),
-                norm.eps,
-                LnOut::F32(b.x.slice((f * sh.tokens + SPECIAL_TOKENS) * c, sh.patches * c)?),
-            )?;
-        }
-        mark("dino", &mut marks)?;
 
         // Special tokens: the first frame of the stream and the scale frames have their own
         // variants (fixed for graph-captured steps, which are always "later" frames).
@@ -168,7 +134,7 @@ impl GpuSession {
             for &t in &taps {
                 ops::copy_rows(dev, x, c, b.taps[t], 2 * c, n, c)?;
             }
-            mark("frame_blocks", &mut marks)?;
+            mark("frame_blocks")?;
             block_forward(
                 dev,
                 &mut self.gemm,
@@ -197,8 +163,26 @@ impl GpuSession {
             for &t in &taps {
                 ops::copy_rows(dev, x, c, b.taps[t].slice(c, n * 2 * c - c)?, 2 * c, n, c)?;
             }
-            mark("global_blocks", &mut marks)?;
+            mark("global_blocks")?;
         }
+        Ok(())
+    }
+
+    /// The camera head (side stream) and the depth head on the taps, then the points; `mark`
+    /// ends a stage.
+    fn heads(
+        &mut self,
+        s: usize,
+        keyframe: bool,
+        mark: &mut dyn FnMut(&'static str) -> Result<(), CudaError>,
+    ) -> Result<(), CudaError> {
+        let dev = Arc::clone(&self.dev);
+        let dev = &*dev;
+        let sh = self.shape;
+        let model = Arc::clone(&self.weights);
+        let b = &self.bufs;
+        let c = sh.embed;
+        let plane = sh.plane();
 
         // Camera head on the last tap's camera tokens, with its own cache, on the side stream
         // (it only needs the aggregator's output) while the depth head runs on the main one.
@@ -219,10 +203,10 @@ impl GpuSession {
             b.pose.slice(0, s * POSE_ENC_LEN)?,
         )?;
         let posed = self.side.stream.record_event(None)?;
-        if profile.is_some() {
+        if self.sc.profile_stages {
             // Timed one after the other when profiling, so each head has its own time.
             dev.stream.wait(&posed)?;
-            mark("camera_head", &mut marks)?;
+            mark("camera_head")?;
         }
 
         // Depth head per frame.
@@ -247,16 +231,10 @@ impl GpuSession {
         }
         // The points need the poses: join the side stream back.
         dev.stream.wait(&posed)?;
-        mark("depth_head", &mut marks)?;
+        mark("depth_head")?;
 
         // Points: unprojected with the device's pose, filtered and compacted; only they go back.
         for f in 0..s {
-            image_to_rgb8(
-                dev,
-                b.image.slice(f * 3 * plane, 3 * plane)?,
-                b.rgb.slice(f * 3 * plane, 3 * plane)?,
-                plane,
-            )?;
             self.compactor.run(
                 dev,
                 b.depth.slice(f * plane, plane)?,
@@ -271,18 +249,7 @@ impl GpuSession {
                 b.counts.slice(f, 1)?,
             )?;
         }
-        mark("points", &mut marks)?;
-
-        if let Some(stages) = profile {
-            // Stages that repeat (one per block) are summed.
-            for pair in marks.windows(2) {
-                let ms = pair[0].1.elapsed_ms(&pair[1].1)? as f64;
-                match stages.iter_mut().find(|(n, _)| n == pair[1].0) {
-                    Some((_, total)) => *total += ms,
-                    None => stages.push((pair[1].0.to_owned(), ms)),
-                }
-            }
-        }
+        mark("points")?;
         Ok(())
     }
 }

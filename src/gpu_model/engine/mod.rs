@@ -20,21 +20,19 @@ use half::bf16;
 
 use crate::backend::cuda::arena::{Arena, ArenaPlan, DevPtr};
 use crate::backend::cuda::attention::AttentionKernel;
-use crate::backend::cuda::gemm::{Epilogue, Gemm, SharedChoices, TuneRecord, Tuning};
-use crate::backend::cuda::ops::{self, LnOut, Rope, RopeTables};
+use crate::backend::cuda::gemm::{Gemm, SharedChoices, TuneRecord, Tuning};
+use crate::backend::cuda::ops::{self, Rope, RopeTables};
 use crate::backend::cuda::storage::{DeviceModel, DevicePlacement};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache, KvGeometry};
 use crate::frame::RgbImage;
 use crate::kvcache::{CacheConfig, PageTable, SpecialPoolConfig, StepKind};
 use crate::model::pose::{Camera, decode_pose};
-use crate::model::preprocess::PreprocessConfig;
 use crate::model::spec::{DINO_REGISTERS, POSE_ENC_LEN, SPECIAL_TOKENS};
 use crate::model::weights::WeightStore;
 use crate::model::{ModelConfig, ModelError};
 
 use super::camera_head::GpuCameraHead;
 use super::dpt_head::GpuDptHead;
-use super::preprocess::DevicePreprocess;
 use super::transformer::{
     Attend, AttentionSetup, BlockScratch, Chain, DenseScratch, GeluMode, LOCAL_TABLE_WORDS,
     block_forward, local_tables,
@@ -43,9 +41,12 @@ use super::unproject::PointCompactor;
 
 mod device_io;
 mod forward;
+mod front;
 mod outputs;
 
-use device_io::{ImageStaging, upload_raw};
+use device_io::{copy_dtod, upload_raw};
+use forward::Part;
+use front::{Front, FrontBuffers};
 use outputs::{OutputSlot, PendingCall};
 
 /// Calls a session holds submitted but not finished: one running, one queued behind it.
@@ -215,18 +216,14 @@ impl GpuModel {
     }
 }
 
-/// The session's fixed device buffers (all in the arena).
+/// The main stream's fixed device buffers (all in the arena; the front's are
+/// [`FrontBuffers`]).
 struct Buffers {
-    image: DevPtr<f32>,
+    /// The call's model input as 8-bit RGB, copied from the front's.
     rgb: DevPtr<u8>,
-    patches: DevPtr<bf16>,
-    patch_emb: DevPtr<bf16>,
-    dino_x: DevPtr<f32>,
-    dino_pos: DevPtr<f32>,
     x: DevPtr<f32>,
     taps: Vec<DevPtr<f32>>,
     scratch: BlockScratch,
-    dino_tables: DevPtr<u32>,
     frame_tables: DevPtr<u32>,
     pose: DevPtr<f32>,
     depth: DevPtr<f32>,
@@ -242,6 +239,7 @@ struct Buffers {
 struct Shape {
     height: usize,
     width: usize,
+    patch: usize,
     grid_w: usize,
     patches: usize,
     /// Aggregator tokens per frame (6 + patches).
@@ -266,6 +264,8 @@ pub struct GpuSession {
     /// A second stream: the camera head (small, latency-bound GEMVs) runs there, overlapping the
     /// depth head on the main stream.
     side: CudaDevice,
+    /// The images and DINO on a low-priority stream of their own (`front.rs`).
+    front: Front,
     weights: Arc<DeviceModel>,
     weight_bytes: usize,
     sc: SessionConfig,
@@ -286,12 +286,11 @@ pub struct GpuSession {
     /// The frame-local attention's kernel and splits.
     local_setup: AttentionSetup,
     scale_frames: Option<usize>,
-    /// Graphs of the streaming step: [non-keyframe, keyframe], and eager warm-ups done per kind.
-    graphs: [Option<StepGraph>; 2],
+    /// Graphs of the streaming step: [aggregator, heads][non-keyframe, keyframe], and eager
+    /// warm-ups done per kind.
+    graphs: [[Option<StepGraph>; 2]; 2],
     warmed: [bool; 2],
     arena_bytes: usize,
-    image_staging: ImageStaging,
-    preprocess: DevicePreprocess,
     /// Page-locked outputs of the calls in flight (one per call, in turn).
     slots: Vec<OutputSlot>,
     /// Submitted calls in order; the front is the next `finish`.
@@ -309,8 +308,19 @@ pub enum StepImages<'a> {
     Rgb8(&'a [&'a RgbImage]),
 }
 
-/// A captured frame step.
+/// A captured part of a frame step.
 struct StepGraph(CudaGraph);
+
+/// What a part of a call needs to know about it.
+#[derive(Debug, Clone, Copy)]
+struct PartStep {
+    s: usize,
+    committed: u64,
+    scale_frames: usize,
+    keyframe: bool,
+    /// A streaming step: may replay (or capture) its part's graph.
+    graphable: bool,
+}
 
 // SAFETY: an instantiated graph is launched on the session's stream with its context bound
 // first (`step` binds it); CUDA allows that from any thread, one at a time, which `&mut self`
@@ -342,6 +352,7 @@ impl GpuSession {
         let shape = Shape {
             height: sc.height,
             width: sc.width,
+            patch: p,
             grid_w,
             patches,
             tokens: SPECIAL_TOKENS + patches,
@@ -392,7 +403,7 @@ impl GpuSession {
 
         // The dense baseline's buffer holds every key the page table can show.
         let dense_capacity = sc.dense.then(|| geometry.max_pages * geometry.page_size);
-        let (arena, bufs, dense) =
+        let (arena, bufs, front_bufs, dense) =
             Self::plan_buffers(&dev, &shape, &cfg, &dino_pos, dense_capacity)?;
         let arena_bytes = arena.capacity_bytes();
 
@@ -400,7 +411,7 @@ impl GpuSession {
         upload_raw(
             &dev,
             &local_tables(shape.max_call, shape.dino_tokens),
-            bufs.dino_tables,
+            front_bufs.dino_tables,
         )?;
         upload_raw(
             &dev,
@@ -421,24 +432,23 @@ impl GpuSession {
             },
             ..setup
         };
-        let image_staging = ImageStaging::new(&dev, shape.max_call * 3 * shape.plane())?;
-        let preprocess = DevicePreprocess::new(
+        let front = Front::new(
             &dev,
-            PreprocessConfig {
-                width: sc.width,
-                patch: cfg.patch,
-            },
-            sc.height,
-            sc.width,
+            front_bufs,
+            &shape,
+            sc.gemm_tuning,
+            &model.gemm_choices,
         )?;
         let slots = (0..MAX_IN_FLIGHT)
             .map(|_| OutputSlot::new(&dev, shape.max_call, shape.plane(), sc.download_maps))
             .collect::<Result<Vec<_>, _>>()?;
         dev.stream.synchronize()?;
         side.stream.synchronize()?;
+        front.dev.stream.synchronize()?;
         Ok(Self {
             dev,
             side,
+            front,
             weights: Arc::clone(&model.weights),
             weight_bytes: model.weight_bytes,
             sc,
@@ -457,11 +467,9 @@ impl GpuSession {
             setup,
             local_setup,
             scale_frames: None,
-            graphs: [None, None],
+            graphs: Default::default(),
             warmed: [false, false],
             arena_bytes,
-            image_staging,
-            preprocess,
             slots,
             pending: VecDeque::new(),
             next_slot: 0,
@@ -474,26 +482,31 @@ impl GpuSession {
         cfg: &ModelConfig,
         dino_pos: &cudarc::driver::CudaSlice<f32>,
         dense_capacity: Option<usize>,
-    ) -> Result<(Arena, Buffers, Option<DenseScratch>), CudaError> {
+    ) -> Result<(Arena, Buffers, FrontBuffers, Option<DenseScratch>), CudaError> {
         let m = s.max_call;
         let c = s.embed;
         let plane = s.plane();
         let patch_len = 3 * cfg.patch * cfg.patch;
-        let tokens = m * s.tokens.max(s.dino_tokens);
+        // The front (DINO) and the main stream run at the same time: each has its own scratch.
+        let tokens = m * s.tokens;
+        let dino_tokens = m * s.dino_tokens;
         let taps = cfg.taps.len();
         let mut plan = ArenaPlan::default();
         plan.add::<f32>(m * 3 * plane);
         plan.add::<u8>(m * 3 * plane);
         plan.add::<bf16>(m * s.patches * patch_len);
         plan.add::<bf16>(m * s.patches * c);
-        plan.add::<f32>(m * s.dino_tokens * c);
-        plan.add::<f32>(m * s.tokens * c);
+        plan.add::<f32>(dino_tokens * c);
+        BlockScratch::plan(&mut plan, dino_tokens, c, s.hidden, s.heads);
+        plan.add::<u32>(LOCAL_TABLE_WORDS * m);
+        plan.add::<f32>(tokens * c);
+        plan.add::<u8>(m * 3 * plane);
+        plan.add::<f32>(tokens * c);
         for _ in 0..taps {
             plan.add::<f32>(m * s.tokens * 2 * c);
         }
         BlockScratch::plan(&mut plan, tokens, c, s.hidden, s.heads);
-        plan.add::<u32>(4 * m);
-        plan.add::<u32>(4 * m);
+        plan.add::<u32>(LOCAL_TABLE_WORDS * m);
         plan.add::<f32>(m * POSE_ENC_LEN);
         plan.add::<f32>(m * plane);
         plan.add::<f32>(m * plane);
@@ -506,19 +519,24 @@ impl GpuSession {
             plan.add::<u32>(4);
         }
         let mut arena = Arena::new(dev, plan.bytes())?;
-        let bufs = Buffers {
+        let front = FrontBuffers {
             image: arena.alloc(m * 3 * plane)?,
             rgb: arena.alloc(m * 3 * plane)?,
             patches: arena.alloc(m * s.patches * patch_len)?,
             patch_emb: arena.alloc(m * s.patches * c)?,
-            dino_x: arena.alloc(m * s.dino_tokens * c)?,
+            dino_x: arena.alloc(dino_tokens * c)?,
             dino_pos: DevPtr::of(dino_pos),
-            x: arena.alloc(m * s.tokens * c)?,
+            scratch: BlockScratch::carve(&mut arena, dino_tokens, c, s.hidden, s.heads)?,
+            dino_tables: arena.alloc(LOCAL_TABLE_WORDS * m)?,
+            tokens: arena.alloc(tokens * c)?,
+        };
+        let bufs = Buffers {
+            rgb: arena.alloc(m * 3 * plane)?,
+            x: arena.alloc(tokens * c)?,
             taps: (0..taps)
                 .map(|_| arena.alloc(m * s.tokens * 2 * c))
                 .collect::<Result<_, _>>()?,
             scratch: BlockScratch::carve(&mut arena, tokens, c, s.hidden, s.heads)?,
-            dino_tables: arena.alloc(LOCAL_TABLE_WORDS * m)?,
             frame_tables: arena.alloc(LOCAL_TABLE_WORDS * m)?,
             pose: arena.alloc(m * POSE_ENC_LEN)?,
             depth: arena.alloc(m * plane)?,
@@ -536,7 +554,7 @@ impl GpuSession {
             }),
             None => None,
         };
-        Ok((arena, bufs, dense))
+        Ok((arena, bufs, front, dense))
     }
 
     /// Memory of the session: KV pools + table, activation arena, the model's weights, the
@@ -551,9 +569,11 @@ impl GpuSession {
         }
     }
 
-    /// What GEMM tuning chose (the camera head on the side stream has no GEMMs).
+    /// What GEMM tuning chose, DINO's (the front stream) first; the camera head has no GEMMs.
     pub fn gemm_tune_records(&self) -> Vec<TuneRecord> {
-        self.gemm.tune_records().to_vec()
+        let mut records = self.front.tune_records().to_vec();
+        records.extend_from_slice(self.gemm.tune_records());
+        records
     }
 
     pub fn committed_frames(&self) -> u64 {
@@ -588,7 +608,7 @@ impl GpuSession {
             }
             self.sc.min_confidence = min_confidence;
             self.sc.point_stride = stride.max(1);
-            self.graphs = [None, None];
+            self.graphs = Default::default();
             self.warmed = [false, false];
         }
     }
@@ -751,48 +771,60 @@ impl GpuSession {
         }
         let slot = self.next_slot;
         let result = (|| {
-            let image_clock = Instant::now();
-            let preprocess_start = self.event()?;
-            match images {
-                StepImages::Model(values) => {
-                    self.image_staging
-                        .upload(&self.dev, values, self.bufs.image)?
-                }
-                StepImages::Rgb8(decoded) => self.preprocess.run(
-                    &self.dev,
-                    decoded,
-                    self.bufs.image.slice(0, s * 3 * plane)?,
-                )?,
+            let front = self.front.run(
+                images,
+                s,
+                &sh,
+                &self.weights,
+                self.local_setup,
+                self.sc.gelu,
+                self.sc.graphs && s == 1,
+            )?;
+            // The main stream takes the front's outputs into its own buffers at once: the
+            // front's next call may overwrite them as soon as the aggregator is done.
+            let c = sh.embed;
+            self.dev.stream.wait(&front.done)?;
+            copy_dtod(
+                &self.dev,
+                self.front.bufs.tokens.slice(0, s * sh.tokens * c)?,
+                self.bufs.x.slice(0, s * sh.tokens * c)?,
+            )?;
+            copy_dtod(
+                &self.dev,
+                self.front.bufs.rgb.slice(0, s * 3 * plane)?,
+                self.bufs.rgb.slice(0, s * 3 * plane)?,
+            )?;
+            let mut stages = Vec::new();
+            if self.sc.profile_stages {
+                // The front's time alone: nothing else ran beside it (the profiled steps run
+                // one at a time).
+                let ms = front.start.elapsed_ms(&front.done)? as f64;
+                stages.push(("dino".to_owned(), ms));
             }
-            let image_upload_ms = image_clock.elapsed().as_secs_f64() * 1e3;
-            let start = self.event()?;
             // Streaming steps (one frame, the "later frame" token variants) replay a graph.
             let graphable =
                 self.sc.graphs && s == 1 && committed >= 1 && committed as usize >= scale_frames;
-            let kind_ix = usize::from(keyframe);
-            let mut stages = Vec::new();
-            let graph = if graphable && self.graphs[kind_ix].is_some() {
-                true
-            } else if graphable && self.warmed[kind_ix] {
+            let step = PartStep {
+                s,
+                committed,
+                scale_frames,
+                keyframe,
+                graphable,
+            };
+            let aggregated = self.run_part(Part::Aggregator, step, &mut stages)?;
+            // The next frame's DINO starts here, beside this frame's heads (measured on the
+            // H200: 0.19 ms a frame better than after the heads; starting at once, beside the
+            // aggregator, gains nothing: docs/gpu-model.md).
+            self.front.may_start_after(
                 self.dev
                     .stream
-                    .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                let captured = self.forward(s, committed, scale_frames, keyframe, None);
-                let graph = self.dev.stream.end_capture(
-                    CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-                );
-                captured?;
-                self.graphs[kind_ix] = graph?.map(StepGraph);
-                self.graphs[kind_ix].is_some()
-            } else {
-                let profile = self.sc.profile_stages.then_some(&mut stages);
-                self.forward(s, committed, scale_frames, keyframe, profile)?;
-                self.warmed[kind_ix] |= graphable;
-                false
-            };
-            if graph && let Some(g) = &self.graphs[kind_ix] {
-                g.0.launch()?;
+                    .record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?,
+            );
+            let heads = self.run_part(Part::Heads, step, &mut stages)?;
+            if graphable {
+                self.warmed[usize::from(keyframe)] = true;
             }
+            let graph = aggregated && heads;
             let end = self.event()?;
             self.queue_downloads(slot, s)?;
             let copied = self.event()?;
@@ -801,11 +833,11 @@ impl GpuSession {
                 frames: s,
                 submitted,
                 host_ms: 0.0,
-                image_upload_ms,
-                graph,
+                image_upload_ms: front.image_upload_ms,
+                graph: graph && front.graph,
                 stages,
-                preprocess_start,
-                start,
+                preprocess_start: front.preprocess_start,
+                start: front.start,
                 end,
                 copied,
             })
@@ -861,6 +893,46 @@ impl GpuSession {
             last.copied.synchronize()?;
         }
         Ok(())
+    }
+
+    /// Runs one part of a call: replays its graph, captures it (a streaming step whose kind ran
+    /// eagerly once), or runs it eagerly (timing its stages when profiling). True: a graph ran.
+    fn run_part(
+        &mut self,
+        part: Part,
+        step: PartStep,
+        stages: &mut Vec<(String, f64)>,
+    ) -> Result<bool, CudaError> {
+        let PartStep {
+            s,
+            committed,
+            scale_frames,
+            keyframe,
+            graphable,
+        } = step;
+        let (part_ix, kind_ix) = (part as usize, usize::from(keyframe));
+        if graphable && self.graphs[part_ix][kind_ix].is_none() && self.warmed[kind_ix] {
+            self.dev
+                .stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+            let captured = self.forward(part, s, committed, scale_frames, keyframe, None);
+            let graph = self.dev.stream.end_capture(
+                CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+            );
+            captured?;
+            self.graphs[part_ix][kind_ix] = graph?.map(StepGraph);
+        }
+        match &self.graphs[part_ix][kind_ix] {
+            Some(g) if graphable => {
+                g.0.launch()?;
+                Ok(true)
+            }
+            _ => {
+                let profile = self.sc.profile_stages.then_some(stages);
+                self.forward(part, s, committed, scale_frames, keyframe, profile)?;
+                Ok(false)
+            }
+        }
     }
 
     fn event(&self) -> Result<CudaEvent, CudaError> {
