@@ -118,6 +118,12 @@ fn the_dataset_outputs_come_from_one_command_and_their_flags_need_their_output()
     let stdout = text(&o.stdout);
     assert!(stdout.contains("with normals"), "{stdout}");
     assert!(stdout.contains("4 frames of depth"), "{stdout}");
+    // The session read no folder: the images are the recorded model input, and the report says
+    // how many were written (not "0 linked, 0 copied").
+    assert!(
+        stdout.contains("4 frames; images: the model's input (4 written)"),
+        "{stdout}"
+    );
     for f in ["ns/transforms.json", "depth/depth.json", "s.glb"] {
         assert!(dir.path().join(f).is_file(), "{f}");
     }

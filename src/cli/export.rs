@@ -412,12 +412,18 @@ fn export_one(
         };
         let r = nerfstudio::export_nerfstudio(&dir, reader, frames.clone(), &options)?;
         println!(
-            "nerfstudio: {} (transforms.json, {} frames; {} images linked, {} copied)",
+            "nerfstudio: {} (transforms.json, {} frames; images: {})",
             dir.display(),
             r.images,
-            r.images_linked,
-            r.images_copied
+            images_placed(&options.images, &r)
         );
+        if r.images_without_jpeg > 0 {
+            eprintln!(
+                "warning: {} images have no recorded JPEG in {}",
+                r.images_without_jpeg,
+                dir.join("images").display()
+            );
+        }
     }
     if let Some(dir) = &args.depth {
         let dir = out(dir);
@@ -453,17 +459,25 @@ fn export_one(
     Ok(())
 }
 
-fn print_colmap(dir: &Path, options: &ColmapOptions, r: &colmap::ColmapReport) {
-    let images = match &options.images {
+/// Where an export's images came from, and how many were placed.
+fn images_placed(mode: &ImageMode, r: &colmap::ColmapReport) -> String {
+    match mode {
         ImageMode::Original(from) => format!(
             "the original frames from {} ({} linked, {} copied)",
             from.display(),
             r.images_linked,
             r.images_copied
         ),
-        ImageMode::Model => "the model's input".into(),
+        ImageMode::Model => format!(
+            "the model's input ({} written)",
+            r.images - r.images_without_jpeg.min(r.images)
+        ),
         ImageMode::None => "none written".into(),
-    };
+    }
+}
+
+fn print_colmap(dir: &Path, options: &ColmapOptions, r: &colmap::ColmapReport) {
+    let images = images_placed(&options.images, r);
     println!(
         "colmap:  {} (sparse/0 {}, {} images: {images}; {} points)",
         dir.display(),
