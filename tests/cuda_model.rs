@@ -305,7 +305,10 @@ fn full_size_random_weights_match_cpu() {
     for (i, (g, e)) in got.iter().zip(&one_at_a_time).enumerate() {
         assert_eq!(g.pose_enc, e.pose_enc, "call {i} in flight: pose differs");
         assert_eq!(g.depth, e.depth, "call {i} in flight: depth differs");
-        assert_eq!(g.model_rgb, e.model_rgb, "call {i} in flight: image differs");
+        assert_eq!(
+            g.model_rgb, e.model_rgb,
+            "call {i} in flight: image differs"
+        );
         for (p, q) in g.points.iter().zip(&e.points) {
             assert_eq!(p.xyz, q.xyz, "call {i} in flight: points differ");
         }

@@ -143,11 +143,10 @@ impl Front {
                 self.image_staging
                     .upload(&self.dev, values, self.bufs.image)?
             }
-            StepImages::Rgb8(decoded) => self.preprocess.run(
-                &self.dev,
-                decoded,
-                self.bufs.image.slice(0, s * 3 * plane)?,
-            )?,
+            StepImages::Rgb8(decoded) => {
+                self.preprocess
+                    .run(&self.dev, decoded, self.bufs.image.slice(0, s * 3 * plane)?)?
+            }
         }
         let image_upload_ms = image_clock.elapsed().as_secs_f64() * 1e3;
         let start = timed(&self.dev)?;
