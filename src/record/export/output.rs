@@ -263,9 +263,11 @@ fn write_via_temp(
     body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> Result<(), RecordError> {
     let parent = create_parent(path)?;
-    let temp = tempfile::Builder::new()
-        .prefix(&temp_prefix(path))
-        .suffix(".part")
+    let prefix = temp_prefix(path);
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".part");
+    like_a_plain_create(&mut builder, PLAIN_FILE_MODE);
+    let temp = builder
         .tempfile_in(&parent)
         .map_err(|e| RecordError::io(path, e))?;
     let (file, temp_path) = temp.into_parts();
@@ -285,6 +287,23 @@ fn write_via_temp(
     Ok(())
 }
 
+/// The modes `File::create` and `create_dir` ask for (the umask then narrows them).
+const PLAIN_FILE_MODE: u32 = 0o666;
+const PLAIN_DIR_MODE: u32 = 0o777;
+
+/// A temporary file or folder is private to its owner (0600 / 0700) by default; what an export
+/// renames into place must be what a plain create would have made, so the other tools and users
+/// that a `File::create` would let read it can read it.
+fn like_a_plain_create(builder: &mut tempfile::Builder<'_, '_>, mode: u32) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(mode));
+    }
+    #[cfg(not(unix))]
+    let _ = (builder, mode);
+}
+
 /// Builds a folder's content in a temporary folder beside it, then swaps it into place: an
 /// existing folder (already checked by [`OutputPlan::claim`]) is replaced whole, so no stale
 /// file of an older export survives, and a failed export leaves the old folder as it was.
@@ -293,9 +312,11 @@ pub(crate) fn write_dir<T>(
     body: impl FnOnce(&Path) -> Result<T, RecordError>,
 ) -> Result<T, RecordError> {
     let parent = create_parent(dir)?;
-    let temp = tempfile::Builder::new()
-        .prefix(&temp_prefix(dir))
-        .suffix(".part")
+    let prefix = temp_prefix(dir);
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".part");
+    like_a_plain_create(&mut builder, PLAIN_DIR_MODE);
+    let temp = builder
         .tempdir_in(&parent)
         .map_err(|e| RecordError::io(dir, e))?;
     let out = body(temp.path())?;
@@ -331,6 +352,24 @@ pub(crate) fn write_dir<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn exported_files_and_folders_get_the_modes_of_a_plain_create() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mode = |p: &Path| std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777;
+        let plain = dir.path().join("plain.txt");
+        File::create(&plain).expect("create");
+        let exported = dir.path().join("exported.txt");
+        write_file(&exported, |w| w.write_all(b"x")).expect("write_file");
+        assert_eq!(mode(&exported), mode(&plain));
+        let plain_dir = dir.path().join("plain_dir");
+        std::fs::create_dir(&plain_dir).expect("create_dir");
+        let exported_dir = dir.path().join("exported_dir");
+        write_dir(&exported_dir, |_| Ok(())).expect("write_dir");
+        assert_eq!(mode(&exported_dir), mode(&plain_dir));
+    }
 
     #[test]
     fn an_output_onto_the_input_is_refused_by_path_link_and_identity() {
