@@ -7,10 +7,11 @@
 //! after its aggregator, records the event the front's next call waits for
 //! ([`Front::may_start_after`]).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use cudarc::driver::CudaEvent;
-use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::CUevent_flags;
 use half::bf16;
 
 use crate::backend::cuda::arena::DevPtr;
@@ -26,7 +27,7 @@ use super::super::transformer::{
     Attend, AttentionSetup, BlockScratch, Chain, GeluMode, block_forward,
 };
 use super::device_io::{ImageStaging, image_to_rgb8};
-use super::{Shape, StepGraph, StepImages};
+use super::{Shape, StepGraph, StepImages, capture_graph};
 
 /// The front's device buffers (carved from the session's arena).
 #[derive(Debug, Clone, Copy)]
@@ -150,27 +151,21 @@ impl Front {
         }
         let image_upload_ms = image_clock.elapsed().as_secs_f64() * 1e3;
         let start = timed(&self.dev)?;
-        let graph = if graphable && self.graph.is_some() {
-            true
-        } else if graphable && self.warmed {
-            self.dev
-                .stream
-                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-            let captured = self.forward(s, shape, model, setup, gelu);
-            let graph = self.dev.stream.end_capture(
-                CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-            );
-            captured?;
-            self.graph = graph?.map(StepGraph);
-            self.graph.is_some()
-        } else {
-            self.forward(s, shape, model, setup, gelu)?;
-            self.warmed |= graphable;
-            false
-        };
-        if graph && let Some(g) = &self.graph {
-            g.0.launch()?;
+        if graphable && self.graph.is_none() && self.warmed {
+            let stream = Arc::clone(&self.dev.stream);
+            self.graph = capture_graph(&stream, || self.forward(s, shape, model, setup, gelu))?;
         }
+        let graph = match &self.graph {
+            Some(g) if graphable => {
+                g.0.launch()?;
+                true
+            }
+            _ => {
+                self.forward(s, shape, model, setup, gelu)?;
+                self.warmed |= graphable;
+                false
+            }
+        };
         let done = timed(&self.dev)?;
         Ok(FrontCall {
             preprocess_start,

@@ -311,6 +311,21 @@ pub enum StepImages<'a> {
 /// A captured part of a frame step.
 struct StepGraph(CudaGraph);
 
+/// Captures the launches `work` queues on `stream` into a graph (None: nothing was captured).
+/// The capture is ended even when `work` fails, so the stream is usable again; `work`'s error
+/// is the one reported.
+fn capture_graph(
+    stream: &Arc<cudarc::driver::CudaStream>,
+    work: impl FnOnce() -> Result<(), CudaError>,
+) -> Result<Option<StepGraph>, CudaError> {
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let captured = work();
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    captured?;
+    Ok(graph?.map(StepGraph))
+}
+
 /// What a part of a call needs to know about it.
 #[derive(Debug, Clone, Copy)]
 struct PartStep {
@@ -912,15 +927,10 @@ impl GpuSession {
         } = step;
         let (part_ix, kind_ix) = (part as usize, usize::from(keyframe));
         if graphable && self.graphs[part_ix][kind_ix].is_none() && self.warmed[kind_ix] {
-            self.dev
-                .stream
-                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-            let captured = self.forward(part, s, committed, scale_frames, keyframe, None);
-            let graph = self.dev.stream.end_capture(
-                CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-            );
-            captured?;
-            self.graphs[part_ix][kind_ix] = graph?.map(StepGraph);
+            let stream = Arc::clone(&self.dev.stream);
+            self.graphs[part_ix][kind_ix] = capture_graph(&stream, || {
+                self.forward(part, s, committed, scale_frames, keyframe, None)
+            })?;
         }
         match &self.graphs[part_ix][kind_ix] {
             Some(g) if graphable => {
