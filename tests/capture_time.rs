@@ -4,42 +4,23 @@
 //! path) still replays and exports, with the documented fallback.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
+mod common;
+
+use common::{streamrecon, text};
 use streamrecon::frame::TimeBase;
 use streamrecon::record::sample::sample_result;
 use streamrecon::record::{SessionReader, SessionWriter};
 
-const BIN: &str = env!("CARGO_BIN_EXE_streamrecon");
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const COURTHOUSE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../shared/sequences/courthouse"
 );
 
-fn streamrecon(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap()
-}
-
+/// [`common::tiny_run`] that must succeed.
 fn tiny_run(input: &Path, out: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "run",
-        "--headless",
-        "--input",
-        input.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--weights",
-        "../shared/fixtures/gct-tiny/weights.safetensors",
-        "--model-config",
-        "../shared/fixtures/gct-tiny/kf1/config.json",
-    ];
-    args.extend_from_slice(extra);
-    let out = streamrecon(&args);
+    let out = common::tiny_run(input, out, extra);
     assert!(
         out.status.success(),
         "{}\n{}",
@@ -47,10 +28,6 @@ fn tiny_run(input: &Path, out: &Path, extra: &[&str]) -> Output {
         text(&out.stderr)
     );
     out
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 fn tum_times(path: &Path) -> Vec<String> {

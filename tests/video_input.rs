@@ -4,14 +4,15 @@
 //! it), a truncated file, an audio-only file and a file that is no video at all.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
+mod common;
+
+use common::{streamrecon, text, tiny_run};
 use streamrecon::capture::video::rotate_quarter_turns;
 use streamrecon::capture::{Source, VideoCut, VideoFile, write_video};
 use streamrecon::frame::{RgbImage, TimeBase};
 
-const BIN: &str = env!("CARGO_BIN_EXE_streamrecon");
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const COURTHOUSE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../shared/sequences/courthouse"
@@ -64,35 +65,6 @@ fn drain(source: &mut dyn Source) -> Vec<streamrecon::capture::CapturedFrame> {
         out.push(f);
     }
     out
-}
-
-fn streamrecon(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(ROOT)
-        .output()
-        .unwrap()
-}
-
-fn tiny_run(input: &Path, out: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "run",
-        "--headless",
-        "--input",
-        input.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--weights",
-        "../shared/fixtures/gct-tiny/weights.safetensors",
-        "--model-config",
-        "../shared/fixtures/gct-tiny/kf1/config.json",
-    ];
-    args.extend_from_slice(extra);
-    streamrecon(&args)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Debian's `ffmpeg` (scripts/system-deps.sh installs it), for what the binding does not

@@ -4,7 +4,8 @@
 // Each test crate uses only some of these helpers; the rest would be reported as unused there.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use streamrecon::backend::cuda::CudaDevice;
 
@@ -45,4 +46,36 @@ pub fn gct_tiny_fixtures(marker: &str) -> Option<PathBuf> {
     );
     eprintln!("skipping: fixture {} not found", wanted.display());
     None
+}
+
+/// The `streamrecon` binary run from the project root with `args`.
+pub fn streamrecon(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_streamrecon"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap()
+}
+
+/// `run --headless` of `input` into `out` with the gct-tiny model (kf1 config), plus `extra`.
+pub fn tiny_run(input: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "--headless",
+        "--input",
+        input.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--weights",
+        "../shared/fixtures/gct-tiny/weights.safetensors",
+        "--model-config",
+        "../shared/fixtures/gct-tiny/kf1/config.json",
+    ];
+    args.extend_from_slice(extra);
+    streamrecon(&args)
+}
+
+/// A process's output as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }
