@@ -152,8 +152,12 @@ extern "C" __global__ void add_bias_gelu_erf_bf16_x4(uint2* __restrict__ x, cons
 // q/k/v split, per-head LayerNorm(64) of q and k, RoPE, bf16 out.
 //
 // qkv: [n][3][heads][64] bf16 (the Linear(C, 3C) output); q, k, v: [n][heads][64] bf16.
-// One warp per (token, head): lane l holds dims 2l and 2l+1 (one 32-bit load per tensor, 128
-// contiguous bytes per warp). Normalisation and rotation in f32, one rounding at the end.
+// One warp per (token, QKV_HEADS_PER_WARP heads): lane l holds dims 2l and 2l+1 of each of its
+// heads (one 32-bit load per tensor and head, 128 contiguous bytes per warp). The token's
+// position, RoPE table entries and K/V destination are worked out once per warp, and all the
+// heads' loads are issued before the first reduction: with one warp per (token, head) every warp
+// waited on one load at a time and repeated the table and page lookups 16 times per token.
+// Normalisation and rotation in f32, one rounding at the end (per head exactly as before).
 //
 // Token n is token t = n % tokens_per_frame of local frame s = n / tokens_per_frame. t < 6: the
 // special tokens; t >= 6: patch p = t - 6 at row p / grid_w, column p % grid_w.
@@ -170,6 +174,7 @@ extern "C" __global__ void add_bias_gelu_erf_bf16_x4(uint2* __restrict__ x, cons
 //   mistake cannot pass unnoticed (the host checks the frame count before the step).
 
 #define QKV_WARPS 8
+#define QKV_HEADS_PER_WARP 4
 // The token layout and RoPE split come from spec.cuh (src/model/spec.rs); the lane mapping above
 // is written for 64-wide heads split into 32 pairs (3D) or two halves of 16 frequencies (2D).
 static_assert(HEAD_DIM == 64, "qkv_split_norm_rope maps one warp's 32 lanes onto 64 dims");
@@ -192,27 +197,25 @@ __device__ __forceinline__ void store_pair(u16* p, Pair v) {
     *(u32*)p = pack2(f32_to_bf16(v.a), f32_to_bf16(v.b));
 }
 
-// LayerNorm of one 64-vector spread over a warp (2 values per lane), affine per dim.
-__device__ __forceinline__ Pair head_norm(Pair x, const float* w, const float* b, float eps, u32 lane) {
+// LayerNorm of one 64-vector spread over a warp (2 values per lane), affine per dim (this
+// lane's two weights and biases, loaded once per warp).
+__device__ __forceinline__ Pair head_norm(Pair x, float2 w, float2 b, float eps) {
     const float mean = warp_sum(x.a + x.b) * (1.f / HEAD_DIM);
     const float da = x.a - mean, db = x.b - mean;
     const float var = warp_sum(da * da + db * db) * (1.f / HEAD_DIM);
     const float inv = 1.f / sqrtf(var + eps);
     Pair y;
-    y.a = da * inv * w[2 * lane] + b[2 * lane];
-    y.b = db * inv * w[2 * lane + 1] + b[2 * lane + 1];
+    y.a = da * inv * w.x + b.x;
+    y.b = db * inv * w.y + b.y;
     return y;
 }
 
-// 2D rotate-half. `cs` points at the 16 (cos, sin) of this lane's half's position; the lane's
-// local dims are j0 = (2 lane) % 32 and j0 + 1.
-__device__ __forceinline__ Pair rope2d(Pair x, const float2* cs, u32 lane) {
+// 2D rotate-half. c0, c1: the (cos, sin) of this lane's two dims j0 = (2 lane) % 32 and j0 + 1
+// at its half's position; `first`: j0 < 16 (the first of each rotated pair).
+__device__ __forceinline__ Pair rope2d(Pair x, float2 c0, float2 c1, bool first) {
     const Pair o = {__shfl_xor_sync(0xffffffffu, x.a, 8), __shfl_xor_sync(0xffffffffu, x.b, 8)};
-    const u32 j0 = (2 * lane) & 31;
-    const u32 f0 = j0 & 15;
-    const float2 c0 = cs[f0], c1 = cs[f0 + 1];
     Pair y;
-    if (j0 < 16) {  // first of the pair: a c - b s, b from the partner
+    if (first) {  // first of the pair: a c - b s, b from the partner
         y.a = x.a * c0.x - o.a * c0.y;
         y.b = x.b * c1.x - o.b * c1.y;
     } else {  // second of the pair: b c + a s, a from the partner
@@ -245,20 +248,67 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
                     // the device as kv_write_tokens does (pool [page][K|V][heads][page_size][64]).
                     u16* __restrict__ pool, const u32* __restrict__ runs,
                     const u32* __restrict__ n_runs_ptr, u32 page_size) {
+    constexpr int G = QKV_HEADS_PER_WARP;
     const u32 lane = threadIdx.x & 31;
+    const u32 groups = (heads + G - 1) / G;
     const u64 item = (u64)blockIdx.x * QKV_WARPS + (threadIdx.x >> 5);
-    if (item >= (u64)n_tokens * heads) return;  // whole warps exit together
-    const u32 n = (u32)(item / heads), h = (u32)(item % heads);
+    if (item >= (u64)n_tokens * groups) return;  // whole warps exit together
+    const u32 n = (u32)(item / groups), h0 = (u32)(item % groups) * G;
+    const u32 nh = heads - h0 < (u32)G ? heads - h0 : (u32)G;  // warp-uniform
 
-    const u16* src = qkv + (u64)n * 3 * heads * HEAD_DIM + (u64)h * HEAD_DIM + 2 * lane;
-    Pair xq = load_pair(src);
-    Pair xk = load_pair(src + (u64)heads * HEAD_DIM);
-
-    if (qw) {
-        xq = head_norm(xq, qw, qb, eps, lane);
-        xk = head_norm(xk, kw, kb, eps, lane);
+    // Every load of the warp's heads first.
+    const u64 row = (u64)heads * HEAD_DIM;
+    const u16* src = qkv + (u64)n * 3 * row + (u64)h0 * HEAD_DIM + 2 * lane;
+    Pair xq[G], xk[G];
+    u32 xv[G];
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        xq[i] = Pair{0.f, 0.f};
+        xk[i] = Pair{0.f, 0.f};
+        xv[i] = 0u;
+        if ((u32)i < nh) {
+            const u16* s = src + (u64)i * HEAD_DIM;
+            xq[i] = load_pair(s);
+            xk[i] = load_pair(s + row);
+            xv[i] = *(const u32*)(s + 2 * row);  // v unchanged
+        }
     }
 
+    // Where this token's K and V go: rows, or the page slot of the write run holding token n
+    // (a token no run holds writes no K/V). Head i of the group is `kv_head_stride` further.
+    u16* kdst = nullptr;
+    u16* vdst = nullptr;
+    u64 kv_head_stride = HEAD_DIM;
+    if (!pool) {
+        kdst = k + ((u64)n * heads + h0) * HEAD_DIM + 2 * lane;
+        vdst = v + ((u64)n * heads + h0) * HEAD_DIM + 2 * lane;
+    } else {
+        const u32 n_runs = __ldg(n_runs_ptr);
+        const u64 v_offset = (u64)page_size * heads * HEAD_DIM;
+        kv_head_stride = (u64)page_size * HEAD_DIM;
+        for (u32 r = 0; r < n_runs; ++r) {
+            const u32 first = __ldg(runs + 4 * r), len = __ldg(runs + 4 * r + 3);
+            if (n < first || n >= first + len) continue;
+            const u32 page = __ldg(runs + 4 * r + 1), slot = __ldg(runs + 4 * r + 2);
+            kdst = pool + (u64)page * 2 * v_offset +
+                   ((u64)h0 * page_size + slot + n - first) * HEAD_DIM + 2 * lane;
+            vdst = kdst + v_offset;
+            break;
+        }
+    }
+
+    // qk-norm weights of this lane's dims, shared by every head.
+    float2 nqw = {0.f, 0.f}, nqb = {0.f, 0.f}, nkw = {0.f, 0.f}, nkb = {0.f, 0.f};
+    if (qw) {
+        nqw = make_float2(qw[2 * lane], qw[2 * lane + 1]);
+        nqb = make_float2(qb[2 * lane], qb[2 * lane + 1]);
+        nkw = make_float2(kw[2 * lane], kw[2 * lane + 1]);
+        nkb = make_float2(kb[2 * lane], kb[2 * lane + 1]);
+    }
+
+    // The token's rotation for this lane, shared by every head.
+    float2 c0 = {1.f, 0.f}, c1 = {1.f, 0.f};
+    const bool first_of_pair = ((2 * lane) & 31) < 16;
     if (rope_mode != 0) {
         const u32 s = n / tokens_per_frame, t = n % tokens_per_frame;
         const bool special = t < SPEC_SPECIAL_TOKENS;
@@ -266,47 +316,48 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
         const u32 r = p / grid_w, c = p % grid_w;
         if (rope_mode == 1) {
             const u32 pos = special ? 0 : (lane < 16 ? r + 1 : c + 1);
+            const u32 f0 = (2 * lane) & 15;
             const float2* cs = table2d + (u64)pos * SPEC_ROPE2D_FREQS;
-            xq = rope2d(xq, cs, lane);
-            xk = rope2d(xk, cs, lane);
+            c0 = cs[f0];
+            c1 = cs[f0 + 1];
         } else {
             const u32 f = *frame_base + s;
             const bool in_table = f < max_frame;
-            float2 cs;
             if (lane < SPEC_ROPE3D_T_PAIRS) {
-                cs = table_t[(u64)(in_table ? f : 0) * SPEC_ROPE3D_T_PAIRS + lane];
+                c0 = table_t[(u64)(in_table ? f : 0) * SPEC_ROPE3D_T_PAIRS + lane];
             } else if (lane < SPEC_ROPE3D_T_PAIRS + SPEC_ROPE3D_HW_PAIRS) {
                 const u32 ph = special ? t : SPEC_SPECIAL_TOKENS + r;
-                cs = table_h[(u64)ph * SPEC_ROPE3D_HW_PAIRS + (lane - SPEC_ROPE3D_T_PAIRS)];
+                c0 = table_h[(u64)ph * SPEC_ROPE3D_HW_PAIRS + (lane - SPEC_ROPE3D_T_PAIRS)];
             } else {
                 const u32 pw = special ? t : SPEC_SPECIAL_TOKENS + c;
-                cs = table_w[(u64)pw * SPEC_ROPE3D_HW_PAIRS + (lane - SPEC_ROPE3D_T_PAIRS - SPEC_ROPE3D_HW_PAIRS)];
+                c0 = table_w[(u64)pw * SPEC_ROPE3D_HW_PAIRS + (lane - SPEC_ROPE3D_T_PAIRS - SPEC_ROPE3D_HW_PAIRS)];
             }
             // A frame past the table poisons the whole head, not just the temporal pairs.
-            if (!in_table) cs.x = __int_as_float(0x7fc00000);
-            xq = rope_pair(xq, cs);
-            xk = rope_pair(xk, cs);
+            if (!in_table) c0.x = __int_as_float(0x7fc00000);
         }
     }
 
-    const u64 dst = ((u64)n * heads + h) * HEAD_DIM + 2 * lane;
-    store_pair(q + dst, xq);
-    const u32 xv = *(const u32*)(src + (u64)2 * heads * HEAD_DIM);  // v unchanged
-    if (!pool) {
-        store_pair(k + dst, xk);
-        *(u32*)(v + dst) = xv;
-        return;
-    }
-    const u32 n_runs = __ldg(n_runs_ptr);
-    const u64 v_offset = (u64)page_size * heads * HEAD_DIM;
-    for (u32 r = 0; r < n_runs; ++r) {
-        const u32 first = __ldg(runs + 4 * r), len = __ldg(runs + 4 * r + 3);
-        if (n < first || n >= first + len) continue;
-        const u32 page = __ldg(runs + 4 * r + 1), slot = __ldg(runs + 4 * r + 2);
-        const u64 kd = (u64)page * 2 * v_offset + ((u64)h * page_size + slot + n - first) * HEAD_DIM + 2 * lane;
-        store_pair(pool + kd, xk);
-        *(u32*)(pool + kd + v_offset) = xv;
-        break;
+    u16* qdst = q + ((u64)n * heads + h0) * HEAD_DIM + 2 * lane;
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        if ((u32)i >= nh) continue;
+        Pair a = xq[i], b = xk[i];
+        if (qw) {
+            a = head_norm(a, nqw, nqb, eps);
+            b = head_norm(b, nkw, nkb, eps);
+        }
+        if (rope_mode == 1) {
+            a = rope2d(a, c0, c1, first_of_pair);
+            b = rope2d(b, c0, c1, first_of_pair);
+        } else if (rope_mode == 2) {
+            a = rope_pair(a, c0);
+            b = rope_pair(b, c0);
+        }
+        store_pair(qdst + (u64)i * HEAD_DIM, a);
+        if (kdst) {
+            store_pair(kdst + (u64)i * kv_head_stride, b);
+            *(u32*)(vdst + (u64)i * kv_head_stride) = xv[i];
+        }
     }
 }
 
@@ -462,16 +513,24 @@ residual_layer_norm_1024(float* __restrict__ x, const u16* __restrict__ y,
     float4* xr = (float4*)(x + row * LN1K_COLS);
     const uint2* yr = (const uint2*)(y + row * LN1K_COLS);
     const float4* g4 = (const float4*)gamma;
+    // Every load of the row first, then the updates and their stores: with a store between
+    // loads of the same row the compiler may not hoist the later loads above it, and each of
+    // the eight steps would wait for memory in turn.
     float4 v[8];
+    uint2 w[8];
+    float4 g[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
         v[k] = xr[lane + 32 * k];
-        const uint2 w = yr[lane + 32 * k];
-        const float4 g = g4[lane + 32 * k];
-        v[k].x += g.x * lo_f32(w.x);
-        v[k].y += g.y * hi_f32(w.x);
-        v[k].z += g.z * lo_f32(w.y);
-        v[k].w += g.w * hi_f32(w.y);
+        w[k] = yr[lane + 32 * k];
+        g[k] = g4[lane + 32 * k];
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        v[k].x += g[k].x * lo_f32(w[k].x);
+        v[k].y += g[k].y * hi_f32(w[k].x);
+        v[k].z += g[k].z * lo_f32(w[k].y);
+        v[k].w += g[k].w * hi_f32(w[k].y);
         xr[lane + 32 * k] = v[k];
     }
     ln1k_normalize_row(v, lane, weight, bias, eps, out + row * LN1K_COLS, true);

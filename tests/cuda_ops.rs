@@ -398,11 +398,11 @@ fn gelu_erf_matches_cpu() {
 }
 
 /// q, k, v of a `[n][3][heads][64]` projection, as `TransformerBlock::qkv` splits it.
-fn split(qkv: &[f32], n: usize) -> [Vec<f32>; 3] {
-    let mut out = [vec![0f32; n * C], vec![0f32; n * C], vec![0f32; n * C]];
+fn split(qkv: &[f32], n: usize, c: usize) -> [Vec<f32>; 3] {
+    let mut out = [vec![0f32; n * c], vec![0f32; n * c], vec![0f32; n * c]];
     for t in 0..n {
         for (j, o) in out.iter_mut().enumerate() {
-            o[t * C..(t + 1) * C].copy_from_slice(&qkv[t * 3 * C + j * C..][..C]);
+            o[t * c..(t + 1) * c].copy_from_slice(&qkv[t * 3 * c + j * c..][..c]);
         }
     }
     out
@@ -415,13 +415,17 @@ struct QkvCase<'a> {
     /// 0 none, 1 2D, 2 3D.
     rope: u8,
     frame_base: u32,
+    /// The kernel takes a token's heads four to a warp: 16 fills every group, 6 leaves a
+    /// group of two.
+    heads: usize,
 }
 
 fn run_qkv_case(dev: &CudaDevice, tables: &RopeTables, case: &QkvCase, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let n = case.frames * TOKENS_PER_FRAME;
-    let qkv = random_bf16(&mut rng, n * 3 * C, -3.0, 3.0);
-    let [mut q, mut k, v] = split(&to_f32(&qkv), n);
+    let (heads, c) = (case.heads, case.heads * D);
+    let qkv = random_bf16(&mut rng, n * 3 * c, -3.0, 3.0);
+    let [mut q, mut k, v] = split(&to_f32(&qkv), n, c);
     let norms: Vec<Vec<f32>> = (0..4)
         .map(|i| {
             if i % 2 == 0 {
@@ -455,8 +459,8 @@ fn run_qkv_case(dev: &CudaDevice, tables: &RopeTables, case: &QkvCase, seed: u64
                 }
             }
             let all: Vec<(u32, u32)> = (0..case.frames).flat_map(|_| pos.clone()).collect();
-            apply_rope_2d(&mut q, &all, HEADS, D);
-            apply_rope_2d(&mut k, &all, HEADS, D);
+            apply_rope_2d(&mut q, &all, heads, D);
+            apply_rope_2d(&mut k, &all, heads, D);
         }
         2 => {
             let mut pos = Vec::with_capacity(n);
@@ -472,8 +476,8 @@ fn run_qkv_case(dev: &CudaDevice, tables: &RopeTables, case: &QkvCase, seed: u64
                 }
             }
             let table = rope_3d_table(&pos);
-            apply_rope_3d(&mut q, &table, HEADS, D);
-            apply_rope_3d(&mut k, &table, HEADS, D);
+            apply_rope_3d(&mut q, &table, heads, D);
+            apply_rope_3d(&mut k, &table, heads, D);
         }
         _ => {}
     }
@@ -482,7 +486,7 @@ fn run_qkv_case(dev: &CudaDevice, tables: &RopeTables, case: &QkvCase, seed: u64
     let norm_d: Vec<CudaSlice<f32>> = norms.iter().map(|x| up(dev, x)).collect();
     let base_d = up(dev, &[case.frame_base]);
     let outs: Vec<CudaSlice<bf16>> = (0..3)
-        .map(|_| dev.stream.alloc_zeros::<bf16>(n * C).unwrap())
+        .map(|_| dev.stream.alloc_zeros::<bf16>(n * c).unwrap())
         .collect();
     let norm = case.norm.then(|| QkNorm {
         q_weight: DevPtr::of(&norm_d[0]),
@@ -512,7 +516,7 @@ fn run_qkv_case(dev: &CudaDevice, tables: &RopeTables, case: &QkvCase, seed: u64
         DevPtr::of(&outs[1]),
         DevPtr::of(&outs[2]),
         n,
-        HEADS,
+        heads,
         norm,
         rope,
     )
@@ -542,6 +546,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             norm: false,
             rope: 0,
             frame_base: 0,
+            heads: HEADS,
         },
         QkvCase {
             name: "qk-norm only",
@@ -549,6 +554,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             norm: true,
             rope: 0,
             frame_base: 0,
+            heads: HEADS,
         },
         QkvCase {
             name: "frame block (qk-norm + 2D rope, 2 frames)",
@@ -556,6 +562,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             norm: true,
             rope: 1,
             frame_base: 0,
+            heads: HEADS,
         },
         QkvCase {
             name: "2D rope without norm",
@@ -563,6 +570,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             norm: false,
             rope: 1,
             frame_base: 0,
+            heads: HEADS,
         },
         QkvCase {
             name: "global block (qk-norm + 3D rope, 2 frames from frame 37)",
@@ -570,6 +578,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             norm: true,
             rope: 2,
             frame_base: 37,
+            heads: HEADS,
         },
         QkvCase {
             name: "global block at the table's end (frames 1022, 1023)",
@@ -577,6 +586,23 @@ fn qkv_split_norm_rope_matches_cpu() {
             norm: true,
             rope: 2,
             frame_base: 1022,
+            heads: HEADS,
+        },
+        QkvCase {
+            name: "global block, 6 heads (a partial group of heads per warp)",
+            frames: 2,
+            norm: true,
+            rope: 2,
+            frame_base: 5,
+            heads: 6,
+        },
+        QkvCase {
+            name: "frame block, 6 heads",
+            frames: 1,
+            norm: true,
+            rope: 1,
+            frame_base: 0,
+            heads: 6,
         },
     ];
     for (i, case) in cases.iter().enumerate() {

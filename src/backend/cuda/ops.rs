@@ -31,8 +31,10 @@ pub const ROPE3D_PAIRS: [usize; 3] = [
 const THREADS: u32 = 256;
 /// Grid-stride kernels never need more CTAs than this to fill any GPU.
 const MAX_BLOCKS: usize = 1 << 16;
-/// (token, head) items per CTA of `qkv_split_norm_rope` (one warp each).
+/// Warps per CTA of `qkv_split_norm_rope`; each takes one token's next
+/// `QKV_HEADS_PER_WARP` heads (the constants of kernels/transformer.cu).
 const QKV_WARPS: usize = 8;
+const QKV_HEADS_PER_WARP: usize = 4;
 
 fn product(a: usize, b: usize, what: &str) -> Result<usize, CudaError> {
     a.checked_mul(b)
@@ -670,7 +672,11 @@ fn launch_qkv(
         None => (0, 0, 0, 0, 0.0f32),
     };
     let r = RopeArgs::of(&rope, n_tokens)?;
-    let items = product(n_tokens, heads, "qkv_split_norm_rope tokens x heads")?;
+    let items = product(
+        n_tokens,
+        heads.div_ceil(QKV_HEADS_PER_WARP),
+        "qkv_split_norm_rope tokens x head groups",
+    )?;
     if items == 0 {
         return Ok(());
     }
