@@ -513,24 +513,16 @@ residual_layer_norm_1024(float* __restrict__ x, const u16* __restrict__ y,
     float4* xr = (float4*)(x + row * LN1K_COLS);
     const uint2* yr = (const uint2*)(y + row * LN1K_COLS);
     const float4* g4 = (const float4*)gamma;
-    // Every load of the row first, then the updates and their stores: with a store between
-    // loads of the same row the compiler may not hoist the later loads above it, and each of
-    // the eight steps would wait for memory in turn.
     float4 v[8];
-    uint2 w[8];
-    float4 g[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
         v[k] = xr[lane + 32 * k];
-        w[k] = yr[lane + 32 * k];
-        g[k] = g4[lane + 32 * k];
-    }
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        v[k].x += g[k].x * lo_f32(w[k].x);
-        v[k].y += g[k].y * hi_f32(w[k].x);
-        v[k].z += g[k].z * lo_f32(w[k].y);
-        v[k].w += g[k].w * hi_f32(w[k].y);
+        const uint2 w = yr[lane + 32 * k];
+        const float4 g = g4[lane + 32 * k];
+        v[k].x += g.x * lo_f32(w.x);
+        v[k].y += g.y * hi_f32(w.x);
+        v[k].z += g.z * lo_f32(w.y);
+        v[k].w += g.w * hi_f32(w.y);
         xr[lane + 32 * k] = v[k];
     }
     ln1k_normalize_row(v, lane, weight, bias, eps, out + row * LN1K_COLS, true);
