@@ -69,11 +69,16 @@ fn require_aligned<T>(p: &DevPtr<T>, bytes: u64, what: &str) -> Result<(), CudaE
 // ---------------------------------------------------------------------------------------------
 // LayerNorm
 
-/// The 1024-wide LayerNorm kernels: a warp per row, LN1K_ROWS_PER_CTA = 4 rows per CTA.
-fn warp_per_row_cfg(rows: u32) -> LaunchConfig {
+/// Rows per CTA and warps per row of the 1024-wide LayerNorm kernels (LN1K_ROWS_PER_CTA and
+/// LN1K_WARPS_PER_ROW in kernels/transformer.cu).
+const LN1K_ROWS_PER_CTA: u32 = 4;
+const LN1K_WARPS_PER_ROW: u32 = 4;
+
+/// The launch of the 1024-wide LayerNorm kernels over `rows` rows.
+fn ln1k_cfg(rows: u32) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: (rows.div_ceil(4), 1, 1),
-        block_dim: (128, 1, 1),
+        grid_dim: (rows.div_ceil(LN1K_ROWS_PER_CTA), 1, 1),
+        block_dim: (32 * LN1K_WARPS_PER_ROW * LN1K_ROWS_PER_CTA, 1, 1),
         shared_mem_bytes: 0,
     }
 }
@@ -130,13 +135,13 @@ pub fn layer_norm(
     let x_addr = x.addr();
     let w_addr = weight.map_or(0u64, |w| w.addr());
     let b_addr = bias.map_or(0u64, |b| b.addr());
-    // 1024-wide rows with 16-byte aligned buffers: the warp-per-row kernel.
+    // 1024-wide rows with 16-byte aligned buffers: the 1024-wide kernel.
     let aligned = [x_addr, w_addr, b_addr, out_addr]
         .iter()
         .all(|a| a.is_multiple_of(16));
     if cols == 1024 && aligned {
         let rows_u32 = to_u32(rows, "layer_norm rows")?;
-        let cfg = warp_per_row_cfg(rows_u32);
+        let cfg = ln1k_cfg(rows_u32);
         let f = dev.kernels.get("layer_norm_rows_1024")?;
         let mut b = dev.stream.launch_builder(f);
         b.arg(&x_addr)
@@ -215,7 +220,7 @@ pub fn residual_layer_norm(
         return layer_norm(dev, resid, rows, cols, weight, bias, eps, LnOut::Bf16(out));
     }
     let rows_u32 = to_u32(rows, "residual_layer_norm rows")?;
-    let cfg = warp_per_row_cfg(rows_u32);
+    let cfg = ln1k_cfg(rows_u32);
     let f = dev.kernels.get("residual_layer_norm_1024")?;
     let mut b = dev.stream.launch_builder(f);
     b.arg(&r)
