@@ -17,6 +17,15 @@ typedef unsigned long long u64;
 // The head width every attention and K/V kernel is written for.
 #define HEAD_DIM SPEC_HEAD_DIM
 
+// Named barriers (ids 1..15; 0 is __syncthreads): `threads` of the CTA, a multiple of 32, meet
+// at barrier `id`; arrive counts towards it without waiting.
+__device__ __forceinline__ void named_sync(u32 id, u32 threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(u32 id, u32 threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
 
 // Two f32 as packed bf16 (round to nearest even), `lo` in the low half.

@@ -73,12 +73,6 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
             : "memory");
     } while (!done);
 }
-__device__ __forceinline__ void named_sync(u32 id, u32 threads) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_arrive(u32 id, u32 threads) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 // Shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading byte
 // offset 16 (unused by these shapes), stride byte offset 1024 (between groups of 8 rows of 128 B).

@@ -463,8 +463,7 @@ __device__ __forceinline__ float ln1k_row_total(float v, const Ln1kSlot& t, floa
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (LN1K_WARPS_PER_ROW == 1) return v;
     if (t.lane == 0) red[t.row_in_cta][t.part] = v;
-    // Barrier 1 + row: the row's warps only (barrier 0 is __syncthreads).
-    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + t.row_in_cta), "r"(32 * LN1K_WARPS_PER_ROW) : "memory");
+    named_sync(1 + t.row_in_cta, 32 * LN1K_WARPS_PER_ROW);  // the row's warps only
     float total = red[t.row_in_cta][0];
 #pragma unroll
     for (int p = 1; p < LN1K_WARPS_PER_ROW; ++p) total += red[t.row_in_cta][p];
