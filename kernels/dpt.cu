@@ -8,6 +8,7 @@
 // src/model/pose.rs and src/pipeline/frame.rs::filter_points.
 
 #include "common.cuh"
+#include "mma.cuh"
 
 // Round to nearest even; NaN stays NaN (quieted, sign and payload kept: camera_head.cu and
 // transformer.cu round NaN differently, each keeps its own).
@@ -81,8 +82,12 @@ __device__ __forceinline__ u32 block_scan_incl(u32 v, u32* warp_tot, u32& total)
 // ---------------------------------------------------------------------------------------------
 
 // LayerNorm of rows `first_row ..` of an f32 matrix with row stride `row_stride` (elements), `dim`
-// values a row; y[r][:] bf16, dense. One block (a multiple of 32 threads) per output row.
-// Two passes over the row (mean, then the centred variance) in f32.
+// values a row; y[r][:] bf16, dense. One block per output row, eight consecutive values a thread
+// (two 16-byte loads, one 16-byte store), held in registers: the row is read from memory once and
+// the two statistics (mean, then the centred variance, in f32) are block sums. Reading it three
+// times from global memory, as before, was three round trips per row: 11.4 us for the head's
+// 999 x 2048 rows against 4 us of memory traffic. The host gives dim % 8 == 0, dim <= 8 *
+// blockDim, 16-byte aligned rows and blockDim a multiple of 32.
 extern "C" __global__ void dpt_layernorm_rows(const float* __restrict__ x, u64 row_stride,
                                               u32 first_row, u32 dim,
                                               const float* __restrict__ weight,
@@ -90,28 +95,66 @@ extern "C" __global__ void dpt_layernorm_rows(const float* __restrict__ x, u64 r
                                               u16* __restrict__ y) {
     __shared__ float red[32];
     const float* row = x + (u64)(first_row + blockIdx.x) * row_stride;
-    u16* out = y + (u64)blockIdx.x * dim;
+    const u32 i0 = threadIdx.x * 8u;
+    const bool mine = i0 < dim;
+    float v[8];
+    if (mine) {
+        const float4 a = *(const float4*)(row + i0);
+        const float4 b = *(const float4*)(row + i0 + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = 0.f;
+    }
     float s = 0.f;
-    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) s += row[i];
-    const float mean = block_sum(s, red) / (float)dim;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += v[j];
+    const float mean = block_sum_ceil_warps(s, red) / (float)dim;
     float q = 0.f;
-    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) {
-        const float d = row[i] - mean;
-        q += d * d;
+    if (mine) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float d = v[j] - mean;
+            q += d * d;
+        }
     }
-    const float var = block_sum(q, red) / (float)dim;
+    const float var = block_sum_ceil_warps(q, red) / (float)dim;
     const float inv = 1.f / sqrtf(var + eps);
-    for (u32 i = threadIdx.x; i < dim; i += blockDim.x) {
-        out[i] = f2bf((row[i] - mean) * inv * weight[i] + bias[i]);
-    }
+    if (!mine) return;
+    float o[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = (v[j] - mean) * inv * weight[i0 + j] + bias[i0 + j];
+    *(uint4*)(y + (u64)blockIdx.x * dim + i0) = pack8(o);
 }
 
-// x[i] = bf16(x[i] + table[i]): the UV positional embedding (already scaled by 0.1 on the host).
-extern "C" __global__ void dpt_add_table(u16* __restrict__ x, const float* __restrict__ table,
-                                         u64 n) {
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+// The UV positional embedding (already scaled by 0.1 on the host) is separable: channels below
+// c / 2 depend on the column only, the rest on the row only. It is kept as those two halves,
+// cols [w][c / 2] and rows [h][c / 2] (f32; c % 16 == 0, the host checks), instead of a full
+// [h][w][c] table: at the image size that table was 100 MB read every frame. uv_at gives the
+// 8 values for channels cv * 8 .. of pixel (oy, ox).
+__device__ __forceinline__ const float* uv_at(const float* __restrict__ cols,
+                                              const float* __restrict__ rows, u32 c, u32 oy,
+                                              u32 ox, u32 cv) {
+    const u32 half = c >> 1, ch = cv * 8u;
+    return ch < half ? cols + (u64)ox * half + ch : rows + (u64)oy * half + (ch - half);
+}
+
+// x [h][w][c] += the UV embedding, rounded to bf16 once. One thread moves 8 channels.
+extern "C" __global__ void dpt_add_uv(u16* __restrict__ x, const float* __restrict__ cols,
+                                      const float* __restrict__ rows, u32 h, u32 w, u32 c) {
+    const u32 c8 = c >> 3;
+    const u64 total = (u64)h * w * c8;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (u64)gridDim.x * blockDim.x) {
-        x[i] = f2bf(bf16_to_f32(x[i]) + table[i]);
+        const u32 cv = (u32)(i % c8);
+        const u64 p = i / c8;
+        const float* t = uv_at(cols, rows, c, (u32)(p / w), (u32)(p % w), cv);
+        float v[8];
+        unpack8(*(const uint4*)(x + i * 8u), v);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] += t[j];
+        *(uint4*)(x + i * 8u) = pack8(v);
     }
 }
 
@@ -175,11 +218,12 @@ __device__ __forceinline__ void align_corners_axis(u32 o, u32 in, u32 out, u32& 
     l = src - (float)a;
 }
 
-// Bilinear resize (align_corners=True) x [ih][iw][c] -> y [oh][ow][c]; when `add` is not null,
-// add[oh][ow][c] (f32) is added before rounding (the UV embedding after the last resize).
+// Bilinear resize (align_corners=True) x [ih][iw][c] -> y [oh][ow][c]; when `uv_cols` is not
+// null, the UV embedding of the output map (uv_at) is added before rounding (after the last
+// resize).
 extern "C" __global__ void dpt_bilinear(const u16* __restrict__ x, u32 ih, u32 iw, u32 c, u32 oh,
-                                        u32 ow, const float* __restrict__ add,
-                                        u16* __restrict__ y) {
+                                        u32 ow, const float* __restrict__ uv_cols,
+                                        const float* __restrict__ uv_rows, u16* __restrict__ y) {
     const u32 c8 = c >> 3;
     const u64 total = (u64)oh * ow * c8;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
@@ -203,8 +247,8 @@ extern "C" __global__ void dpt_bilinear(const u16* __restrict__ x, u32 ih, u32 i
             const float bot = (1.f - lx) * cc[j] + lx * d[j];
             r[j] = (1.f - ly) * top + ly * bot;
         }
-        if (add != nullptr) {
-            const float* t = add + i * 8u;
+        if (uv_cols != nullptr) {
+            const float* t = uv_at(uv_cols, uv_rows, c, oy, ox, cv);
 #pragma unroll
             for (int j = 0; j < 8; ++j) r[j] += t[j];
         }
@@ -256,6 +300,202 @@ extern "C" __global__ void dpt_output_head(const u16* __restrict__ x, u32 n, u32
     depth[p] = expf(s0);
     conf[p] = 1.f + expf(s1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The end of the head in one kernel: output_conv2's 3x3 conv (pad 1, COUT = 32, bias), its ReLU,
+// the 1x1 conv 32 -> 2 and the activations, from the image-sized map x [h][w][CIN] straight to
+// the planar depth and confidence maps. Unfused, the 3x3 conv alone was an im2col of the whole
+// image (9 * CIN values a pixel: 450 MB at 518x378) written and read back by a GEMM whose n is
+// only 32, about 0.3 ms a frame on an H200; here the input is read once.
+//
+// The conv is an implicit GEMM on the sm_80 tensor cores (m16n8k16, bf16 in, f32 accumulators):
+// m = pixels, n = 32 output channels, k = 9 taps x CIN. The weight [32][3][3][CIN] stays in
+// shared memory for the whole kernel (rows padded by 8 elements, an odd number of 16-byte chunks,
+// so the 8 rows an ldmatrix reads fall in distinct banks). CTAs are persistent: each walks tiles
+// of OC_TH x OC_TW output pixels, the input tile of the next (with its 1-pixel halo, zero outside
+// the image) copied in by cp.async while the current one is multiplied. Warp w takes output row
+// w of the tile, 32 pixels as two m16 tiles against all four n8 tiles, so that the 32 channels
+// of a pixel end in one quad of lanes and the 1x1 conv is a sum over the quad.
+//
+// Rounding follows the unfused path: the conv's result plus its bf16 bias is rounded to bf16 (the
+// GEMM's output), the ReLU acts on that, the 1x1 conv and the activations are f32.
+#define OC_COUT 32
+#define OC_WARPS 4
+#define OC_THREADS (OC_WARPS * 32)
+#define OC_TH OC_WARPS
+#define OC_TW 32
+#define OC_IN_H (OC_TH + 2)
+#define OC_IN_W (OC_TW + 2)
+
+template <int CIN>
+struct OutConv {
+    static constexpr int CHUNKS = CIN / 8;         // 16-byte chunks a pixel
+    static constexpr int K = 9 * CIN;              // GEMM depth
+    static constexpr int WROW = K + 8;             // padded weight row, elements
+    static constexpr int TILE_CHUNKS = OC_IN_H * OC_IN_W * CHUNKS;
+    static constexpr int W_BYTES = OC_COUT * WROW * 2;
+    static constexpr int TILE_BYTES = TILE_CHUNKS * 16;
+    static constexpr int SMEM = W_BYTES + 2 * TILE_BYTES;
+    static_assert(CIN % 16 == 0, "the k loop takes 16 channels a step");
+    static_assert((WROW * 2 / 16) % 2 == 1, "weight rows must be an odd number of chunks");
+    // Chunk c of tile pixel q: XOR-swizzled over 8 chunks when a pixel has that many, so the 8
+    // consecutive pixels an ldmatrix reads hit 8 distinct bank groups.
+    static __device__ __forceinline__ u32 chunk_at(u32 q, u32 c) {
+        return q * CHUNKS + (CHUNKS >= 8 ? (c ^ (q & 7u)) : c);
+    }
+};
+
+template <int CIN>
+__device__ __forceinline__ void out_conv_load_tile(const u16* __restrict__ x, u32 h, u32 w,
+                                                   u32 tile, u32 tiles_x, u32 tile_smem) {
+    using C = OutConv<CIN>;
+    const int y0 = (int)((tile / tiles_x) * OC_TH) - 1;
+    const int x0 = (int)((tile % tiles_x) * OC_TW) - 1;
+    for (u32 i = threadIdx.x; i < (u32)C::TILE_CHUNKS; i += OC_THREADS) {
+        const u32 q = i / C::CHUNKS, c = i % C::CHUNKS;
+        const int gy = y0 + (int)(q / OC_IN_W), gx = x0 + (int)(q % OC_IN_W);
+        const bool inside = gy >= 0 && gy < (int)h && gx >= 0 && gx < (int)w;
+        const u16* src = inside ? x + ((u64)gy * w + (u64)gx) * CIN + c * 8u : x;
+        cp_async_16(tile_smem + C::chunk_at(q, c) * 16u, src, inside);
+    }
+}
+
+template <int CIN>
+__device__ __forceinline__ void output_conv_head_body(
+    const u16* __restrict__ x, u32 h, u32 w, const u16* __restrict__ weight,
+    const u16* __restrict__ bias, const float* __restrict__ head_w,
+    const float* __restrict__ head_b, float* __restrict__ depth, float* __restrict__ conf) {
+#if __CUDA_ARCH__ >= 800
+    using C = OutConv<CIN>;
+    extern __shared__ __align__(16) u8 oc_smem[];
+    const u32 ws = smem_addr(oc_smem);
+    const u32 tiles_smem = ws + C::W_BYTES;
+    const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    const u32 tiles_x = (w + OC_TW - 1) / OC_TW;
+    const u32 tiles = ((h + OC_TH - 1) / OC_TH) * tiles_x;
+
+    // The weight, once; it lands with the first tile (same cp.async group).
+    for (u32 i = threadIdx.x; i < (u32)(OC_COUT * C::K / 8); i += OC_THREADS) {
+        const u32 n = i / (C::K / 8), c = i % (C::K / 8);
+        cp_async_16(ws + n * (C::WROW * 2) + c * 16u, weight + (u64)n * C::K + c * 8u, true);
+    }
+    u32 tile = blockIdx.x;
+    if (tile < tiles) out_conv_load_tile<CIN>(x, h, w, tile, tiles_x, tiles_smem);
+    cp_async_commit();
+
+    // Per lane: the bias, 1x1 weights and channels of its accumulator columns
+    // (n = nt * 8 + (lane % 4) * 2 + e).
+    float cb[4][2], w0[4][2], w1[4][2];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const u32 n = nt * 8 + (lane & 3u) * 2 + e;
+            cb[nt][e] = bf16_to_f32(bias[n]);
+            w0[nt][e] = head_w[n];
+            w1[nt][e] = head_w[OC_COUT + n];
+        }
+    const float hb0 = head_b[0], hb1 = head_b[1];
+
+    // ldmatrix rows of this lane: for A, row (lane % 8) + 8 * ((lane / 8) % 2) of an m16 tile at
+    // k half lane / 16; for B, output channel (lane % 8) + 8 * (lane / 16) of an n16 pair at k
+    // half (lane / 8) % 2.
+    const u32 a_row = (lane & 7u) + ((lane >> 3) & 1u) * 8u, a_half = lane >> 4;
+    const u32 b_n = (lane & 7u) + (lane >> 4) * 8u, b_half = (lane >> 3) & 1u;
+
+    for (u32 it = 0; tile < tiles; tile += gridDim.x, ++it) {
+        const u32 cur = tiles_smem + (it & 1u) * C::TILE_BYTES;
+        const u32 next = tile + gridDim.x;
+        if (next < tiles)
+            out_conv_load_tile<CIN>(x, h, w, next, tiles_x,
+                                    tiles_smem + ((it + 1) & 1u) * C::TILE_BYTES);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+
+        float acc[2][4][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+
+#pragma unroll
+        for (int tap = 0; tap < 9; ++tap) {
+            const u32 ky = tap / 3, kx = tap % 3;
+#pragma unroll
+            for (int ks = 0; ks < CIN / 16; ++ks) {
+                u32 a[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    const u32 q = (warp + ky) * OC_IN_W + mt * 16 + a_row + kx;
+                    ldmatrix_x4(cur + C::chunk_at(q, ks * 2 + a_half) * 16u, a[mt][0], a[mt][1],
+                                a[mt][2], a[mt][3]);
+                }
+                u32 b[4][2];
+#pragma unroll
+                for (int np = 0; np < 2; ++np) {
+                    const u32 n = np * 16 + b_n;
+                    const u32 k = tap * CIN + ks * 16 + b_half * 8;
+                    ldmatrix_x4(ws + (n * C::WROW + k) * 2u, b[2 * np][0], b[2 * np][1],
+                                b[2 * np + 1][0], b[2 * np + 1][1]);
+                }
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < 4; ++nt) mma_bf16(acc[mt][nt], a[mt], b[nt][0], b[nt][1]);
+            }
+        }
+
+        // Lane (g = lane / 4) holds pixels g and g + 8 of each m16 tile, 8 of the 32 channels.
+        const u32 oy = (tile / tiles_x) * OC_TH + warp;
+        const u32 ox0 = (tile % tiles_x) * OC_TW;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const u16 yb = f2bf(acc[mt][nt][half * 2 + e] + cb[nt][e]);
+                        const float y = (yb & 0x8000u) ? 0.f : bf16_to_f32(yb);  // relu2's rule
+                        s0 = fmaf(w0[nt][e], y, s0);
+                        s1 = fmaf(w1[nt][e], y, s1);
+                    }
+                s0 += __shfl_xor_sync(FULL_MASK, s0, 1);
+                s1 += __shfl_xor_sync(FULL_MASK, s1, 1);
+                s0 += __shfl_xor_sync(FULL_MASK, s0, 2);
+                s1 += __shfl_xor_sync(FULL_MASK, s1, 2);
+                const u32 ox = ox0 + mt * 16 + (lane >> 2) + half * 8;
+                if ((lane & 3u) == 0 && oy < h && ox < w) {
+                    const u64 p = (u64)oy * w + ox;
+                    depth[p] = expf(hb0 + s0);
+                    conf[p] = 1.f + expf(hb1 + s1);
+                }
+            }
+        __syncthreads();  // the next iteration's copies overwrite this tile
+    }
+    cp_async_wait<0>();
+#else
+    __trap();  // the host launches this on sm_80 and later only
+#endif
+}
+
+// Entry points by input width: the released head's 128 channels and gct-tiny's 16.
+// grid = min(tiles, resident CTAs), block = OC_THREADS, dynamic shared memory OutConv<CIN>::SMEM.
+#define OUT_CONV_ENTRY(name, CIN)                                                               \
+    extern "C" __global__ void __launch_bounds__(OC_THREADS)                                    \
+        name(const u16* __restrict__ x, u32 h, u32 w, const u16* __restrict__ weight,           \
+             const u16* __restrict__ bias, const float* __restrict__ head_w,                     \
+             const float* __restrict__ head_b, float* __restrict__ depth,                        \
+             float* __restrict__ conf) {                                                         \
+        output_conv_head_body<CIN>(x, h, w, weight, bias, head_w, head_b, depth, conf);         \
+    }
+OUT_CONV_ENTRY(dpt_output_conv_head_c128, 128)
+OUT_CONV_ENTRY(dpt_output_conv_head_c16, 16)
 
 // ---------------------------------------------------------------------------------------------
 // Pose decoding, unprojection and the ordered point compaction

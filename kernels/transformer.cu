@@ -537,12 +537,18 @@ layer_norm_rows_1024(const float* __restrict__ x, u32 rows, const float* __restr
 // the next block's first): x[r] += gamma * y[r], then out[r] = LN(x[r]) in bf16. The row layout
 // of layer_norm_rows_1024; the updated values stay in registers for the statistics, so x is read
 // once instead of twice and one launch disappears. Same arithmetic, in the same order, as
-// residual_add_scaled_x4 followed by layer_norm_rows_1024 (bit-identical results).
-extern "C" __global__ void __launch_bounds__(LN1K_THREADS)
-residual_layer_norm_1024(float* __restrict__ x, const u16* __restrict__ y,
-                         const float* __restrict__ gamma, u32 rows,
-                         const float* __restrict__ weight, const float* __restrict__ bias,
-                         float eps, u16* __restrict__ out) {
+// residual_add_scaled_x4 followed by layer_norm_rows_1024 (bit-identical results). The _copy
+// entry also writes the updated rows to copy[row * copy_stride ..] (16-byte aligned rows): the
+// depth head's taps, which were a copy kernel of their own after the block. It is a separate
+// entry because a run-time test of the copy in this kernel made every launch 0.3-0.4 us slower
+// (H200, 4.54 -> 4.92 us), with or without a copy.
+template <bool COPY>
+__device__ __forceinline__ void residual_layer_norm_body(float* __restrict__ x, const u16* __restrict__ y,
+                                                         const float* __restrict__ gamma, u32 rows,
+                                                         const float* __restrict__ weight,
+                                                         const float* __restrict__ bias, float eps,
+                                                         u16* __restrict__ out, float* __restrict__ copy,
+                                                         u64 copy_stride) {
     const Ln1kSlot t = ln1k_slot();
     const u64 row = (u64)blockIdx.x * LN1K_ROWS_PER_CTA + t.row_in_cta;
     if (row >= rows) return;  // the row's warps leave together: its barrier is theirs alone
@@ -561,6 +567,24 @@ residual_layer_norm_1024(float* __restrict__ x, const u16* __restrict__ y,
         v[k].z += g.z * lo_f32(w.y);
         v[k].w += g.w * hi_f32(w.y);
         xr[j] = v[k];
+        if constexpr (COPY) ((float4*)(copy + row * copy_stride))[j] = v[k];
     }
     ln1k_normalize_row(v, t, weight, bias, eps, out + row * LN1K_COLS, true);
+}
+
+extern "C" __global__ void __launch_bounds__(LN1K_THREADS)
+residual_layer_norm_1024(float* __restrict__ x, const u16* __restrict__ y,
+                         const float* __restrict__ gamma, u32 rows,
+                         const float* __restrict__ weight, const float* __restrict__ bias,
+                         float eps, u16* __restrict__ out) {
+    residual_layer_norm_body<false>(x, y, gamma, rows, weight, bias, eps, out, nullptr, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(LN1K_THREADS)
+residual_layer_norm_copy_1024(float* __restrict__ x, const u16* __restrict__ y,
+                              const float* __restrict__ gamma, u32 rows,
+                              const float* __restrict__ weight, const float* __restrict__ bias,
+                              float eps, u16* __restrict__ out, float* __restrict__ copy,
+                              u64 copy_stride) {
+    residual_layer_norm_body<true>(x, y, gamma, rows, weight, bias, eps, out, copy, copy_stride);
 }

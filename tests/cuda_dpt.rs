@@ -1,7 +1,8 @@
 //! The DPT head on the GPU against the CPU f32 model on random weights and inputs: each conv
 //! building block (3x3 s1/s2, 1x1, k4s4/k2s2 transposed), bilinear resize, LayerNorm and adds;
 //! the whole head at the gct-tiny configuration and with the released checkpoint's channel widths
-//! on a small patch grid; and the point compactor against `unproject_to_world` + `filter_points`
+//! on a small patch grid; the fused end of the head against the CPU and the general path; and
+//! the point compactor against `unproject_to_world` + `filter_points`
 //! (same count, same order). Skips with a printed reason where there is no GPU (CI).
 
 mod common;
@@ -11,13 +12,14 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use rand_distr::{Distribution, Normal};
 use streamrecon::backend::cuda::CudaDevice;
 use streamrecon::backend::cuda::arena::DevPtr;
-use streamrecon::backend::cuda::conv::{self, Nhwc};
+use streamrecon::backend::cuda::conv::{self, Nhwc, UvTable};
 use streamrecon::backend::cuda::gemm::Gemm;
+use streamrecon::backend::cuda::output_conv;
 use streamrecon::backend::cuda::storage::{Device, DevicePlacement};
 use streamrecon::gpu_model::dpt_head::GpuDptHead;
 use streamrecon::gpu_model::unproject::PointCompactor;
 use streamrecon::model::ModelConfig;
-use streamrecon::model::dpt_head::DptHead;
+use streamrecon::model::dpt_head::{DptHead, add_uv_embedding};
 use streamrecon::model::ops::conv::{Conv2d, ConvTransposeUpsample, FeatureMap};
 use streamrecon::model::ops::norm::LayerNorm;
 use streamrecon::model::ops::resize::bilinear_align_corners;
@@ -244,9 +246,13 @@ fn bilinear_matches_cpu() {
     ] {
         let x = random_map(&mut rng, c, ih, iw);
         let xd = upload_map(&dev, &x);
-        let want = to_hwc(&bilinear_align_corners(&x, oh, ow));
-        let table = normal(&mut rng, oh * ow * c, 0.1);
-        let td = conv::upload_f32(&dev, &table).expect("table");
+        let resized = bilinear_align_corners(&x, oh, ow);
+        let want = to_hwc(&resized);
+        let aspect = 1.3;
+        let mut with_uv = resized.clone();
+        add_uv_embedding(&mut with_uv, aspect);
+        let want_uv = to_hwc(&with_uv);
+        let table = UvTable::new(&dev, Nhwc::new(oh, ow, c), aspect).expect("UV table");
         for with_table in [false, true] {
             let y = alloc(&dev, want.len());
             conv::bilinear(
@@ -254,21 +260,44 @@ fn bilinear_matches_cpu() {
                 DevPtr::of(&xd),
                 Nhwc::new(ih, iw, c),
                 (oh, ow),
-                with_table.then(|| DevPtr::of(&td)),
+                with_table.then_some(&table),
                 DevPtr::of(&y),
             )
             .expect("bilinear");
             let got = download(&dev, &y, want.len());
-            let want: Vec<f32> = if with_table {
-                want.iter().zip(&table).map(|(a, b)| a + b).collect()
-            } else {
-                want.clone()
-            };
+            let want = if with_table { &want_uv } else { &want };
             check(
                 &format!("bilinear {ih}x{iw} -> {oh}x{ow} table {with_table}"),
                 &got,
-                &want,
+                want,
                 OP_TOLERANCE,
+            );
+        }
+        // The UV embedding added in place at the input's size (the taps' path).
+        let mut x_uv = x.clone();
+        add_uv_embedding(&mut x_uv, aspect);
+        let input_table = UvTable::new(&dev, Nhwc::new(ih, iw, c), aspect).expect("UV table");
+        conv::add_uv(&dev, DevPtr::of(&xd), &input_table).expect("add uv");
+        check(
+            &format!("add uv {ih}x{iw}"),
+            &download(&dev, &xd, ih * iw * c),
+            &to_hwc(&x_uv),
+            OP_TOLERANCE,
+        );
+        // A table made for another size is refused.
+        if (ih, iw) != (oh, ow) {
+            let y = alloc(&dev, want.len());
+            let wrong = conv::bilinear(
+                &dev,
+                DevPtr::of(&xd),
+                Nhwc::new(ih, iw, c),
+                (oh, ow),
+                Some(&input_table),
+                DevPtr::of(&y),
+            );
+            assert!(
+                wrong.is_err(),
+                "a {ih}x{iw} UV table for a {oh}x{ow} output"
             );
         }
     }
@@ -362,6 +391,113 @@ fn layer_norm_and_adds_match_cpu() {
     .expect("add");
     let want: Vec<f32> = (0..n).map(|i| c[i] + b[i]).collect();
     check("c + b", &download(&dev, &bd, n), &want, OP_TOLERANCE);
+}
+
+/// The fused end of the head (3x3 conv to 32 channels, ReLU, 1x1 to 2, exp) against the CPU and
+/// against the general path it replaces (im2col + GEMM, then `output_head`), for both widths the
+/// kernel has, on maps that leave partial tiles in both directions and on one smaller than a tile.
+#[test]
+fn fused_output_conv_head_matches_cpu_and_unfused_path() {
+    let Some((dev, mut gemm)) = device() else {
+        return;
+    };
+    if dev.info.arch < 80 {
+        eprintln!("skipped: sm_{} has no bf16 mma.sync", dev.info.arch);
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(7);
+    for (cin, h, w) in [(128, 37, 70), (16, 9, 33), (128, 3, 20)] {
+        let c = random_conv(&mut rng, cin, 32, (3, 1, 1), true);
+        let x = random_map(&mut rng, cin, h, w);
+        let head_w = normal(&mut rng, 2 * 32, 0.05);
+        let head_b = vec![0.1f32, -0.2];
+        let dc = DevicePlacement::new(&dev).conv2d(&c).expect("upload conv");
+        assert!(
+            output_conv::fuses(&dc, dev.info.arch),
+            "cin {cin} must fuse"
+        );
+
+        // CPU: the conv rounded to bf16 as the GPU's conv output is, ReLU, 1x1, exp.
+        let y = c.forward(&x);
+        let plane = h * w;
+        let (mut want_depth, mut want_conf) = (vec![0.0f32; plane], vec![0.0f32; plane]);
+        for p in 0..plane {
+            let (mut s0, mut s1) = (head_b[0], head_b[1]);
+            for n in 0..32 {
+                let v = bf16::from_f32(y.data[n * plane + p]).to_f32().max(0.0);
+                s0 += head_w[n] * v;
+                s1 += head_w[32 + n] * v;
+            }
+            want_depth[p] = s0.exp();
+            want_conf[p] = 1.0 + s1.exp();
+        }
+
+        let xd = upload_map(&dev, &x);
+        let hw = conv::upload_f32(&dev, &head_w).expect("1x1 weight");
+        let hb = conv::upload_f32(&dev, &head_b).expect("1x1 bias");
+        let maps = || {
+            (
+                dev.stream.alloc_zeros::<f32>(plane).expect("depth"),
+                dev.stream.alloc_zeros::<f32>(plane).expect("conf"),
+            )
+        };
+        let (fd, fc) = maps();
+        output_conv::output_conv_head(
+            &dev,
+            &dc,
+            DevPtr::of(&xd),
+            h,
+            w,
+            DevPtr::of(&hw),
+            DevPtr::of(&hb),
+            DevPtr::of(&fd),
+            DevPtr::of(&fc),
+        )
+        .expect("fused output conv");
+        let (ud, uc) = maps();
+        let cols = alloc(&dev, dc.cols_for(h, w));
+        let head2 = alloc(&dev, plane * 32);
+        dc.forward(
+            &dev,
+            &mut gemm,
+            DevPtr::of(&xd),
+            h,
+            w,
+            false,
+            DevPtr::of(&cols),
+            DevPtr::of(&head2),
+        )
+        .expect("conv");
+        conv::output_head(
+            &dev,
+            DevPtr::of(&head2),
+            plane,
+            32,
+            DevPtr::of(&hw),
+            DevPtr::of(&hb),
+            DevPtr::of(&ud),
+            DevPtr::of(&uc),
+        )
+        .expect("output head");
+        let get = |m: &cudarc::driver::CudaSlice<f32>| dev.stream.clone_dtoh(m).expect("download");
+        let (fd, fc, ud, uc) = (get(&fd), get(&fc), get(&ud), get(&uc));
+        let label = format!("fused output conv cin {cin} {h}x{w}");
+        check(
+            &format!("{label} depth vs cpu"),
+            &fd,
+            &want_depth,
+            OP_TOLERANCE,
+        );
+        check(
+            &format!("{label} conf vs cpu"),
+            &fc,
+            &want_conf,
+            OP_TOLERANCE,
+        );
+        // The two GPU paths differ only in the order of the conv's f32 sums.
+        check(&format!("{label} depth vs unfused"), &fd, &ud, 1e-3);
+        check(&format!("{label} conf vs unfused"), &fc, &uc, 1e-3);
+    }
 }
 
 /// A store with every `depth_head.*` parameter of `cfg`: convs ~ N(0, 1/fan_in), biases

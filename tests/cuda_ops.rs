@@ -11,7 +11,9 @@ use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use streamrecon::backend::cuda::CudaDevice;
 use streamrecon::backend::cuda::arena::DevPtr;
-use streamrecon::backend::cuda::ops::{self, LnOut, QkNorm, Rope, RopeHostTables, RopeTables};
+use streamrecon::backend::cuda::ops::{
+    self, LnOut, QkNorm, Rope, RopeHostTables, RopeTables, RowCopy,
+};
 use streamrecon::model::aggregator::imagenet_normalize;
 use streamrecon::model::ops::activation::gelu_in_place;
 use streamrecon::model::ops::norm::LayerNorm;
@@ -332,6 +334,14 @@ fn residual_layer_norm_equals_the_two_kernels() {
 
         let fused_x = up(&dev, &resid);
         let fused_out = dev.stream.alloc_zeros::<bf16>(rows * cols).unwrap();
+        // The updated rows also go to the second half of [rows][2 * cols] (a tap's layout).
+        let tap = dev.stream.alloc_zeros::<f32>(rows * 2 * cols).unwrap();
+        let copy = RowCopy {
+            dst: DevPtr::of(&tap)
+                .slice(cols, rows * 2 * cols - cols)
+                .unwrap(),
+            stride: 2 * cols,
+        };
         ops::residual_layer_norm(
             &dev,
             DevPtr::of(&fused_x),
@@ -343,14 +353,25 @@ fn residual_layer_norm_equals_the_two_kernels() {
             bd.as_ref().map(DevPtr::of),
             eps,
             DevPtr::of(&fused_out),
+            Some(copy),
         )
         .unwrap();
         let what = format!("residual_layer_norm {rows}x{cols} affine={affine}");
-        assert_eq!(
-            down(&dev, &fused_x),
-            down(&dev, &separate_x),
-            "{what}: residual"
-        );
+        let updated = down(&dev, &fused_x);
+        assert_eq!(updated, down(&dev, &separate_x), "{what}: residual");
+        let tap = down(&dev, &tap);
+        for r in 0..rows {
+            let row = &tap[r * 2 * cols..(r + 1) * 2 * cols];
+            assert!(
+                row[..cols].iter().all(|&v| v == 0.0),
+                "{what}: row {r} first half"
+            );
+            assert_eq!(
+                &row[cols..],
+                &updated[r * cols..(r + 1) * cols],
+                "{what}: row {r} copy"
+            );
+        }
         let (a, b) = (down(&dev, &fused_out), down(&dev, &separate_out));
         assert!(a.iter().any(|v| v.to_f32() != 0.0), "{what}: no output");
         assert!(

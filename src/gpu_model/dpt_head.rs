@@ -5,7 +5,8 @@
 //! Per tap: LayerNorm of the patch tokens → 1x1 projection → + UV embedding → resize (k4s4 /
 //! k2s2 transposed conv, identity, 3x3 stride-2 conv) → 3x3 `layer_rn`. Then the fusion blocks
 //! coarse to fine, `output_conv1`, the bilinear resize to the image (+ UV embedding),
-//! `output_conv2` and the activations, written as planar f32 depth and confidence maps.
+//! `output_conv2` and the activations, written as planar f32 depth and confidence maps (one
+//! kernel on sm_80 and later, `backend::cuda::output_conv`: no image-sized im2col).
 //!
 //! The weights are the model's `DptHead<Device>` (uploaded once with the model). Every buffer for
 //! the resolution given to [`GpuDptHead::new`] is allocated there, once: `forward` only enqueues
@@ -15,12 +16,12 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 
 use crate::backend::cuda::arena::DevPtr;
-use crate::backend::cuda::conv::{self, DeviceConv, Nhwc, upload_f32};
+use crate::backend::cuda::conv::{self, DeviceConv, Nhwc, UvTable, upload_f32};
 use crate::backend::cuda::gemm::Gemm;
+use crate::backend::cuda::output_conv;
 use crate::backend::cuda::storage::Device;
 use crate::backend::cuda::{CudaDevice, CudaError};
-use crate::model::dpt_head::{DptHead, ResidualConvUnit, Resize, add_uv_embedding};
-use crate::model::ops::conv::FeatureMap;
+use crate::model::dpt_head::{DptHead, ResidualConvUnit, Resize};
 use crate::model::spec::SPECIAL_TOKENS;
 
 type Result<T> = std::result::Result<T, CudaError>;
@@ -52,8 +53,8 @@ struct Scratch {
     /// `output_conv1` output, then the same resized to the image.
     head1: CudaSlice<bf16>,
     full: CudaSlice<bf16>,
-    /// `output_conv2.0` output `[H][W][32]`.
-    head2: CudaSlice<bf16>,
+    /// `output_conv2.0` output `[H][W][32]`, where the end of the head is not one kernel.
+    head2: Option<CudaSlice<bf16>>,
     /// im2col columns.
     cols: CudaSlice<bf16>,
 }
@@ -69,29 +70,15 @@ pub struct GpuDptHead {
     tiled_bias: Vec<Option<CudaSlice<bf16>>>,
     /// `output_conv2.2`'s bias when the checkpoint has none: zeros.
     zero_out_bias: Option<CudaSlice<f32>>,
-    /// UV embeddings (×0.1, NHWC f32) of the four projections and of the image-size map.
-    uv_taps: Vec<CudaSlice<f32>>,
-    uv_full: CudaSlice<f32>,
+    /// UV embeddings (×0.1, separable halves) of the four projections and of the image-size map.
+    uv_taps: Vec<UvTable>,
+    uv_full: UvTable,
     level_dims: Vec<Nhwc>,
     s: Scratch,
 }
 
 fn alloc_bf16(dev: &CudaDevice, n: usize) -> Result<CudaSlice<bf16>> {
     Ok(dev.stream.alloc_zeros::<bf16>(n.max(8))?)
-}
-
-/// The CPU head's UV embedding of a `c × h × w` map (×0.1), as NHWC f32.
-fn uv_table(c: usize, h: usize, w: usize, aspect: f64) -> Vec<f32> {
-    let mut map = FeatureMap::zeros(c, h, w);
-    add_uv_embedding(&mut map, aspect);
-    let plane = h * w;
-    let mut out = vec![0.0f32; c * plane];
-    for (ch, src) in map.data.chunks_exact(plane.max(1)).enumerate() {
-        for (p, &v) in src.iter().enumerate() {
-            out[p * c + ch] = v;
-        }
-    }
-    out
 }
 
 /// Every convolution of the head, checked against what the kernels implement.
@@ -247,14 +234,17 @@ impl GpuDptHead {
         }
         note_conv(output_conv1, final_fused.h, final_fused.w);
         let c1 = output_conv1.out_dims(final_fused.h, final_fused.w);
-        note_conv(output_conv2a, height, width);
+        let fused_end = output_conv::fuses(output_conv2a, dev.info.arch);
+        if !fused_end {
+            note_conv(output_conv2a, height, width);
+        }
         let cols = cols.max(cols_row);
 
         let uv_taps = projects
             .iter()
-            .map(|p| upload_f32(dev, &uv_table(p.out_channels, ph, pw, aspect)))
+            .map(|p| UvTable::new(dev, Nhwc::new(ph, pw, p.out_channels), aspect))
             .collect::<Result<Vec<_>>>()?;
-        let uv_full = upload_f32(dev, &uv_table(c1.c, height, width, aspect))?;
+        let uv_full = UvTable::new(dev, Nhwc::new(height, width, c1.c), aspect)?;
 
         let s = Scratch {
             ln: alloc_bf16(dev, np * dim)?,
@@ -273,7 +263,14 @@ impl GpuDptHead {
             fused: alloc_bf16(dev, fused_max)?,
             head1: alloc_bf16(dev, c1.len())?,
             full: alloc_bf16(dev, height * width * c1.c)?,
-            head2: alloc_bf16(dev, height * width * output_conv2a.out_channels)?,
+            head2: if fused_end {
+                None
+            } else {
+                Some(alloc_bf16(
+                    dev,
+                    height * width * output_conv2a.out_channels,
+                )?)
+            },
             cols: alloc_bf16(dev, cols)?,
         };
         Ok(Self {
@@ -346,7 +343,7 @@ impl GpuDptHead {
             )?;
             let proj = DevPtr::of(&s.proj);
             let pd = head.projects[i].forward(dev, gemm, ln, ph, pw, false, cols, proj)?;
-            conv::add_table(dev, proj, DevPtr::of(&self.uv_taps[i]), pd.len())?;
+            conv::add_uv(dev, proj, &self.uv_taps[i])?;
             let resized = DevPtr::of(&s.resized);
             let (src, d) = match (&head.resize[i], &self.tiled_bias[i]) {
                 (Resize::Up(t), Some(bias)) => {
@@ -425,37 +422,37 @@ impl GpuDptHead {
             head1,
             c1,
             (self.height, self.width),
-            Some(DevPtr::of(&self.uv_full)),
+            Some(&self.uv_full),
             full,
         )?;
-        let head2 = DevPtr::of(&s.head2);
-        let c2 = head.output_conv2a.forward(
-            dev,
-            gemm,
-            full,
-            self.height,
-            self.width,
-            false,
-            cols,
-            head2,
-        )?;
-        conv::output_head(
-            dev,
-            head2,
-            self.height * self.width,
-            c2.c,
-            DevPtr::of(&head.output_conv2b.weight),
-            match (&head.output_conv2b.bias, &self.zero_out_bias) {
-                (Some(b), _) | (None, Some(b)) => DevPtr::of(b),
-                (None, None) => {
-                    return Err(CudaError::Invalid(
-                        "DPT output_conv2.2 without a bias".into(),
-                    ));
-                }
-            },
-            depth,
-            conf,
-        )
+        let out_weight = DevPtr::of(&head.output_conv2b.weight);
+        let out_bias = match (&head.output_conv2b.bias, &self.zero_out_bias) {
+            (Some(b), _) | (None, Some(b)) => DevPtr::of(b),
+            (None, None) => {
+                return Err(CudaError::Invalid(
+                    "DPT output_conv2.2 without a bias".into(),
+                ));
+            }
+        };
+        let (h, w) = (self.height, self.width);
+        let Some(head2) = s.head2.as_ref().map(DevPtr::of) else {
+            // No head2 buffer: `new` found the fused kernel applies.
+            return output_conv::output_conv_head(
+                dev,
+                &head.output_conv2a,
+                full,
+                h,
+                w,
+                out_weight,
+                out_bias,
+                depth,
+                conf,
+            );
+        };
+        let c2 = head
+            .output_conv2a
+            .forward(dev, gemm, full, h, w, false, cols, head2)?;
+        conv::output_head(dev, head2, h * w, c2.c, out_weight, out_bias, depth, conf)
     }
 }
 

@@ -10,7 +10,7 @@ use crate::backend::cuda::attention::{
     AttentionKernel, RawPagedKv, RawWorkspace, choose_splits, paged_attention_raw,
 };
 use crate::backend::cuda::gemm::{Epilogue, Gemm};
-use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope};
+use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope, RowCopy};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache};
 
 use crate::backend::cuda::storage::{Device, DeviceNorm};
@@ -158,6 +158,9 @@ pub struct Chain<'a> {
     /// The next block's first norm, fused into this block's last residual (its output lands in
     /// `s.normed`); `None` for the last block of a chain.
     pub next_norm1: Option<&'a DeviceNorm>,
+    /// Where `x` after this block also goes (a tap of the depth head), written by the kernel of
+    /// the block's last residual.
+    pub copy_out: Option<RowCopy>,
 }
 
 impl<'a> Chain<'a> {
@@ -166,6 +169,7 @@ impl<'a> Chain<'a> {
         Self {
             normed_in: i > 0,
             next_norm1: blocks.get(i + 1).map(norm1),
+            copy_out: None,
         }
     }
 }
@@ -186,20 +190,22 @@ pub fn block_forward(
 ) -> Result<(), CudaError> {
     let c = w.dim;
     let heads = w.heads;
-    let residual_then = |dev: &CudaDevice, gamma: &CudaSlice<f32>, norm: &DeviceNorm| {
-        ops::residual_layer_norm(
-            dev,
-            x,
-            s.out,
-            DevPtr::of(gamma),
-            n,
-            c,
-            norm.weight_ptr(),
-            norm.bias_ptr(),
-            norm.eps,
-            s.normed,
-        )
-    };
+    let residual_then =
+        |dev: &CudaDevice, gamma: &CudaSlice<f32>, norm: &DeviceNorm, copy: Option<RowCopy>| {
+            ops::residual_layer_norm(
+                dev,
+                x,
+                s.out,
+                DevPtr::of(gamma),
+                n,
+                c,
+                norm.weight_ptr(),
+                norm.bias_ptr(),
+                norm.eps,
+                s.normed,
+                copy,
+            )
+        };
     if !chain.normed_in {
         let norm = &w.norm1;
         ops::layer_norm(
@@ -320,7 +326,7 @@ pub fn block_forward(
         c,
         Epilogue::Bias,
     )?;
-    residual_then(dev, &w.ls1, &w.norm2)?;
+    residual_then(dev, &w.ls1, &w.norm2, None)?;
     let hidden = w.hidden();
     match (gelu, w.fc1.bias_ptr()) {
         (GeluMode::Fused, bias @ Some(_)) => gemm.linear(
@@ -364,8 +370,13 @@ pub fn block_forward(
         Epilogue::Bias,
     )?;
     match chain.next_norm1 {
-        Some(next) => residual_then(dev, &w.ls2, next)?,
-        None => ops::residual_add_scaled(dev, x, s.out, DevPtr::of(&w.ls2), n, c)?,
+        Some(next) => residual_then(dev, &w.ls2, next, chain.copy_out)?,
+        None => {
+            ops::residual_add_scaled(dev, x, s.out, DevPtr::of(&w.ls2), n, c)?;
+            if let Some(copy) = chain.copy_out {
+                ops::copy_rows(dev, x, c, copy.dst, copy.stride, n, c)?;
+            }
+        }
     }
     Ok(())
 }

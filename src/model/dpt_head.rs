@@ -263,7 +263,7 @@ impl DptHead {
 
 /// Add the sin/cos embedding of a centred UV grid (scaled by 0.1) to a feature map: the first
 /// half of the channels encode x, the second half y; each half is [sin ω_k v, cos ω_k v].
-pub(crate) fn add_uv_embedding(x: &mut FeatureMap, aspect: f64) {
+pub fn add_uv_embedding(x: &mut FeatureMap, aspect: f64) {
     let (h, w, c) = (x.height, x.width, x.channels);
     let diag = (aspect * aspect + 1.0).sqrt();
     let span_x = (aspect / diag) as f32;

@@ -19,10 +19,13 @@ use super::arena::DevPtr;
 use super::gemm::{Epilogue, Gemm};
 use super::storage::DeviceBias;
 use super::{CudaDevice, CudaError};
-use crate::model::ops::conv::{Conv2d, ConvTransposeUpsample};
+use crate::model::dpt_head::add_uv_embedding;
+use crate::model::ops::conv::{Conv2d, ConvTransposeUpsample, FeatureMap};
 
 /// Threads per block of the elementwise kernels (grid-stride loops).
 const THREADS: u32 = 256;
+/// Largest block of `dpt_layernorm_rows` (eight values a thread).
+const LAYER_NORM_MAX_THREADS: usize = 1024;
 /// Grid cap of the grid-stride kernels: plenty to fill any GPU.
 const MAX_BLOCKS: u64 = 1 << 16;
 
@@ -122,14 +125,27 @@ pub fn layer_norm_rows(
     weight.check_len(dim, "layer_norm_rows weight")?;
     bias.check_len(dim, "layer_norm_rows bias")?;
     y.check_len(rows * dim, "layer_norm_rows output")?;
+    // The kernel holds eight values a thread and loads them as two 16-byte vectors.
+    if dim == 0 || !dim.is_multiple_of(8) || dim > 8 * LAYER_NORM_MAX_THREADS {
+        return Err(invalid(format!(
+            "layer_norm_rows: width {dim}; the kernel takes a positive multiple of 8 up to {}",
+            8 * LAYER_NORM_MAX_THREADS
+        )));
+    }
+    if !row_stride.is_multiple_of(4) || !x.addr().is_multiple_of(16) {
+        return Err(invalid(format!(
+            "layer_norm_rows: rows must start on 16 bytes (row stride {row_stride} values)"
+        )));
+    }
     let f = dev.kernels.get("dpt_layernorm_rows")?;
     let (xa, wa, ba, ya) = (x.addr(), weight.addr(), bias.addr(), y.addr());
     let stride = row_stride as u64;
     let first = as_u32(first_row, "first_row")?;
     let dim32 = as_u32(dim, "dim")?;
+    let threads = (dim / 8).next_multiple_of(32) as u32;
     let cfg = LaunchConfig {
         grid_dim: (as_u32(rows, "rows")?, 1, 1),
-        block_dim: (THREADS, 1, 1),
+        block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
     let mut b = dev.stream.launch_builder(f);
@@ -146,16 +162,83 @@ pub fn layer_norm_rows(
     Ok(())
 }
 
-/// `x[i] = bf16(x[i] + table[i])` for `n` values (the UV positional embedding).
-pub fn add_table(dev: &CudaDevice, x: DevPtr<bf16>, table: DevPtr<f32>, n: usize) -> Result<()> {
-    x.check_len(n, "add_table map")?;
-    table.check_len(n, "add_table table")?;
-    let f = dev.kernels.get("dpt_add_table")?;
-    let (xa, ta, n64) = (x.addr(), table.addr(), n as u64);
+/// The DPT head's UV positional embedding (×0.1, `model::dpt_head::add_uv_embedding`) for one
+/// map size, on the device as its two separable halves: channels `[0, c/2)` depend on the column
+/// only (`cols [w][c/2]`), channels `[c/2, c)` on the row only (`rows [h][c/2]`). The kernels
+/// look the values up ([`add_uv`], [`bilinear`]) instead of reading an `[h][w][c]` table, which
+/// at the image size was 100 MB a frame.
+pub struct UvTable {
+    dims: Nhwc,
+    cols: CudaSlice<f32>,
+    rows: CudaSlice<f32>,
+}
+
+/// The two halves of the UV embedding of a `dims` map (see [`UvTable`]), taken from the CPU's
+/// full embedding so that every value is the CPU's.
+pub fn uv_halves(dims: Nhwc, aspect: f64) -> Result<(Vec<f32>, Vec<f32>)> {
+    let Nhwc { h, w, c } = dims;
+    if c == 0 || !c.is_multiple_of(16) || h == 0 || w == 0 {
+        return Err(invalid(format!(
+            "UV embedding of {dims:?}: needs a non-empty map and a positive multiple of 16 channels"
+        )));
+    }
+    let mut map = FeatureMap::zeros(c, h, w);
+    add_uv_embedding(&mut map, aspect);
+    let (half, plane) = (c / 2, h * w);
+    let mut cols = vec![0.0f32; w * half];
+    let mut rows = vec![0.0f32; h * half];
+    for ch in 0..half {
+        for x in 0..w {
+            cols[x * half + ch] = map.data[ch * plane + x];
+        }
+        for y in 0..h {
+            rows[y * half + ch] = map.data[(half + ch) * plane + y * w];
+        }
+    }
+    Ok((cols, rows))
+}
+
+impl UvTable {
+    pub fn new(dev: &CudaDevice, dims: Nhwc, aspect: f64) -> Result<Self> {
+        let (cols, rows) = uv_halves(dims, aspect)?;
+        Ok(Self {
+            dims,
+            cols: upload_f32(dev, &cols)?,
+            rows: upload_f32(dev, &rows)?,
+        })
+    }
+
+    pub fn dims(&self) -> Nhwc {
+        self.dims
+    }
+
+    fn check(&self, dims: Nhwc, what: &str) -> Result<()> {
+        if self.dims != dims {
+            return Err(invalid(format!(
+                "{what}: a UV table of {:?} for a {dims:?} map",
+                self.dims
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `x [h][w][c] += the UV embedding` (`uv`'s dims), rounded to bf16 once.
+pub fn add_uv(dev: &CudaDevice, x: DevPtr<bf16>, uv: &UvTable) -> Result<()> {
+    let d = uv.dims;
+    x.check_len(d.len(), "add_uv map")?;
+    let f = dev.kernels.get("dpt_add_uv")?;
+    let (xa, ca, ra) = (
+        x.addr(),
+        DevPtr::of(&uv.cols).addr(),
+        DevPtr::of(&uv.rows).addr(),
+    );
+    let (h, w, c) = (as_u32(d.h, "h")?, as_u32(d.w, "w")?, as_u32(d.c, "c")?);
     let mut b = dev.stream.launch_builder(f);
-    b.arg(&xa).arg(&ta).arg(&n64);
-    // SAFETY: arguments match dpt_add_table; lengths checked.
-    unsafe { b.launch(grid_stride(n64)) }?;
+    b.arg(&xa).arg(&ca).arg(&ra).arg(&h).arg(&w).arg(&c);
+    // SAFETY: arguments match dpt_add_uv; the map's length checked, the halves are the table's
+    // own ([w][c/2] and [h][c/2], c % 16 == 0).
+    unsafe { b.launch(grid_stride((d.len() / 8) as u64)) }?;
     Ok(())
 }
 
@@ -250,14 +333,14 @@ pub fn pixel_shuffle(
     Ok(())
 }
 
-/// Bilinear resize with align_corners=True of `x` (dims `inp`) to `oh x ow`, plus the f32 table
-/// `add [oh][ow][c]` when given (added before the one rounding to bf16).
+/// Bilinear resize with align_corners=True of `x` (dims `inp`) to `oh x ow`, plus the UV
+/// embedding `uv` of the output map when given (added before the one rounding to bf16).
 pub fn bilinear(
     dev: &CudaDevice,
     x: DevPtr<bf16>,
     inp: Nhwc,
     (oh, ow): (usize, usize),
-    add: Option<DevPtr<f32>>,
+    uv: Option<&UvTable>,
     y: DevPtr<bf16>,
 ) -> Result<()> {
     check_vec8(inp.c, "bilinear")?;
@@ -267,12 +350,14 @@ pub fn bilinear(
     let n = oh * ow * inp.c;
     x.check_len(inp.len(), "bilinear input")?;
     y.check_len(n, "bilinear output")?;
-    if let Some(t) = add {
-        t.check_len(n, "bilinear addend")?;
+    if let Some(t) = uv {
+        t.check(Nhwc::new(oh, ow, inp.c), "bilinear")?;
     }
     let f = dev.kernels.get("dpt_bilinear")?;
     let (xa, ya) = (x.addr(), y.addr());
-    let ta = add.map_or(0u64, |t| t.addr());
+    let (uc, ur) = uv.map_or((0u64, 0u64), |t| {
+        (DevPtr::of(&t.cols).addr(), DevPtr::of(&t.rows).addr())
+    });
     let (ih, iw, c) = (
         as_u32(inp.h, "h")?,
         as_u32(inp.w, "w")?,
@@ -286,9 +371,11 @@ pub fn bilinear(
         .arg(&c)
         .arg(&oh32)
         .arg(&ow32)
-        .arg(&ta)
+        .arg(&uc)
+        .arg(&ur)
         .arg(&ya);
-    // SAFETY: arguments match dpt_bilinear; lengths checked; a null addend is allowed.
+    // SAFETY: arguments match dpt_bilinear; lengths checked, the UV table is for the output's
+    // dims; null halves (no table) are allowed.
     unsafe { b.launch(grid_stride((n / 8) as u64)) }?;
     Ok(())
 }
@@ -565,5 +652,46 @@ impl DeviceConvTranspose {
             y,
         )?;
         Ok(self.out_dims(h, w))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The two halves put back together are the CPU's full embedding, value for value.
+    #[test]
+    fn uv_halves_rebuild_the_cpu_embedding() {
+        for (c, h, w, aspect) in [
+            (16, 5, 7, 1.4),
+            (128, 27, 37, 518.0 / 378.0),
+            (32, 1, 9, 0.5),
+        ] {
+            let (cols, rows) = uv_halves(Nhwc::new(h, w, c), aspect).expect("halves");
+            let mut map = FeatureMap::zeros(c, h, w);
+            add_uv_embedding(&mut map, aspect);
+            let half = c / 2;
+            for ch in 0..c {
+                for y in 0..h {
+                    for x in 0..w {
+                        let want = map.data[(ch * h + y) * w + x];
+                        let got = if ch < half {
+                            cols[x * half + ch]
+                        } else {
+                            rows[y * half + ch - half]
+                        };
+                        assert_eq!(got.to_bits(), want.to_bits(), "c {c} ch {ch} at ({y}, {x})");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn uv_halves_refuse_what_the_kernels_cannot_index() {
+        for dims in [Nhwc::new(4, 4, 8), Nhwc::new(0, 4, 16), Nhwc::new(4, 4, 24)] {
+            let err = uv_halves(dims, 1.0).expect_err("refused");
+            assert!(err.to_string().contains("multiple of 16"), "{err}");
+        }
     }
 }

@@ -19,6 +19,7 @@ pub mod gemm;
 pub mod kv;
 pub mod nvrtc;
 pub mod ops;
+pub mod output_conv;
 pub mod registry;
 pub mod small_m;
 pub mod storage;

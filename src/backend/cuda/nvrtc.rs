@@ -11,12 +11,17 @@ use super::CudaError;
 use crate::model::spec;
 
 /// The headers every kernel file may include, by the name it includes them with: the shared
-/// helpers, and the model's constants rendered as build.rs renders them for nvcc.
-fn headers() -> [(&'static str, String); 2] {
+/// helpers, the mma.sync helpers, and the model's constants rendered as build.rs renders them
+/// for nvcc.
+fn headers() -> [(&'static str, String); 3] {
     [
         (
             "common.cuh",
             include_str!("../../../kernels/common.cuh").to_owned(),
+        ),
+        (
+            "mma.cuh",
+            include_str!("../../../kernels/mma.cuh").to_owned(),
         ),
         ("spec.cuh", spec::cuda_header()),
     ]

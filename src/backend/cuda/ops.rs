@@ -180,9 +180,17 @@ pub fn layer_norm(
 // ---------------------------------------------------------------------------------------------
 // Residuals and activations
 
+/// Where a kernel also copies the rows it updated: row `r` to `dst[r * stride ..]`.
+#[derive(Clone, Copy, Debug)]
+pub struct RowCopy {
+    pub dst: DevPtr<f32>,
+    pub stride: usize,
+}
+
 /// The LayerScale residual and the LayerNorm that follows it, as one pass where it can:
-/// `resid[r] += gamma ⊙ y[r]`, then `out[r] = LN(resid[r])` (bf16). 1024-wide rows with aligned
-/// buffers take one fused kernel (bit-identical to the two-kernel path, which serves the rest).
+/// `resid[r] += gamma ⊙ y[r]`, then `out[r] = LN(resid[r])` (bf16), and with `copy` the updated
+/// `resid` rows also copied there. 1024-wide rows with aligned buffers take one fused kernel
+/// (bit-identical to the two-kernel path and its copy, which serve the rest).
 #[allow(clippy::too_many_arguments)]
 pub fn residual_layer_norm(
     dev: &CudaDevice,
@@ -195,6 +203,7 @@ pub fn residual_layer_norm(
     bias: Option<DevPtr<f32>>,
     eps: f32,
     out: DevPtr<bf16>,
+    copy: Option<RowCopy>,
 ) -> Result<(), CudaError> {
     let n = product(rows, cols, "residual_layer_norm rows x cols")?;
     resid.check_len(n, "residual_layer_norm resid")?;
@@ -207,21 +216,46 @@ pub fn residual_layer_norm(
     if let Some(b) = &bias {
         b.check_len(cols, "residual_layer_norm bias")?;
     }
+    if let Some(c) = &copy {
+        if c.stride < cols {
+            return Err(CudaError::Invalid(format!(
+                "residual_layer_norm: copy row stride {} < width {cols}",
+                c.stride
+            )));
+        }
+        if rows > 0 {
+            c.dst
+                .check_len((rows - 1) * c.stride + cols, "residual_layer_norm copy")?;
+        }
+    }
     if rows == 0 {
         return Ok(());
     }
     let (r, ya, g, o) = (resid.addr(), y.addr(), gamma.addr(), out.addr());
     let (w_addr, b_addr) = (weight.map_or(0, |w| w.addr()), bias.map_or(0, |b| b.addr()));
-    let aligned = [r, g, w_addr, b_addr].iter().all(|a| a.is_multiple_of(16))
+    let (copy_addr, copy_stride) = copy.map_or((0, 0), |c| (c.dst.addr(), c.stride as u64));
+    let aligned = [r, g, w_addr, b_addr, copy_addr]
+        .iter()
+        .all(|a| a.is_multiple_of(16))
+        && copy_stride.is_multiple_of(4)
         && ya.is_multiple_of(8)
         && o.is_multiple_of(8);
     if cols != 1024 || !aligned {
         residual_add_scaled(dev, resid, y, gamma, rows, cols)?;
-        return layer_norm(dev, resid, rows, cols, weight, bias, eps, LnOut::Bf16(out));
+        layer_norm(dev, resid, rows, cols, weight, bias, eps, LnOut::Bf16(out))?;
+        if let Some(c) = copy {
+            copy_rows(dev, resid, cols, c.dst, c.stride, rows, cols)?;
+        }
+        return Ok(());
     }
     let rows_u32 = to_u32(rows, "residual_layer_norm rows")?;
     let cfg = ln1k_cfg(rows_u32);
-    let f = dev.kernels.get("residual_layer_norm_1024")?;
+    let name = if copy.is_some() {
+        "residual_layer_norm_copy_1024"
+    } else {
+        "residual_layer_norm_1024"
+    };
+    let f = dev.kernels.get(name)?;
     let mut b = dev.stream.launch_builder(f);
     b.arg(&r)
         .arg(&ya)
@@ -231,8 +265,12 @@ pub fn residual_layer_norm(
         .arg(&b_addr)
         .arg(&eps)
         .arg(&o);
-    // SAFETY: the arguments match residual_layer_norm_1024; every buffer holds rows x 1024
-    // (gamma / weight / bias: 1024) elements (checked) with the alignment its vector loads need.
+    if copy.is_some() {
+        b.arg(&copy_addr).arg(&copy_stride);
+    }
+    // SAFETY: the arguments match residual_layer_norm(_copy)_1024; every buffer holds rows x 1024
+    // (gamma / weight / bias: 1024) elements (checked) with the alignment its vector loads need;
+    // the copy (or null) holds `rows` rows `copy_stride` apart (checked).
     unsafe { b.launch(cfg) }?;
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 use super::device_io::copy_dtod;
 use super::*;
+use crate::backend::cuda::ops::RowCopy;
 
 /// The two halves of the main stream's work, each its own graph: the front's next call may wait
 /// for the end of the first.
@@ -105,6 +106,17 @@ impl GpuSession {
         let x = b.x.slice(0, n * c)?;
         let rope_frame = self.kv.step_scalar_ptr(SCALAR_ROPE_FRAME)?;
         for (g, (fb, gb)) in w.frame_blocks.iter().zip(&w.global_blocks).enumerate() {
+            // A tap is cat(frame block g's x, global block g's x) per token, [n][2C]: each half
+            // is written by the last residual kernel of its block.
+            let taps: Vec<usize> = (0..cfg.taps.len()).filter(|&i| cfg.taps[i] == g).collect();
+            let half_of = |t: usize, half: usize| -> Result<RowCopy, CudaError> {
+                Ok(RowCopy {
+                    dst: b.taps[t].slice(half * c, n * 2 * c - half * c)?,
+                    stride: 2 * c,
+                })
+            };
+            // The first tap of the block comes from the block's kernels, any other by a copy.
+            let fused_tap = taps.first().copied();
             block_forward(
                 dev,
                 &mut self.gemm,
@@ -128,11 +140,12 @@ impl GpuSession {
                 Chain {
                     normed_in: g > 0,
                     next_norm1: Some(&gb.norm1),
+                    copy_out: fused_tap.map(|t| half_of(t, 0)).transpose()?,
                 },
             )?;
-            let taps: Vec<usize> = (0..cfg.taps.len()).filter(|&i| cfg.taps[i] == g).collect();
-            for &t in &taps {
-                ops::copy_rows(dev, x, c, b.taps[t], 2 * c, n, c)?;
+            for &t in taps.iter().skip(1) {
+                let h = half_of(t, 0)?;
+                ops::copy_rows(dev, x, c, h.dst, h.stride, n, c)?;
             }
             mark("frame_blocks")?;
             block_forward(
@@ -158,10 +171,12 @@ impl GpuSession {
                 Chain {
                     normed_in: true,
                     next_norm1: w.frame_blocks.get(g + 1).map(|b| &b.norm1),
+                    copy_out: fused_tap.map(|t| half_of(t, 1)).transpose()?,
                 },
             )?;
-            for &t in &taps {
-                ops::copy_rows(dev, x, c, b.taps[t].slice(c, n * 2 * c - c)?, 2 * c, n, c)?;
+            for &t in taps.iter().skip(1) {
+                let h = half_of(t, 1)?;
+                ops::copy_rows(dev, x, c, h.dst, h.stride, n, c)?;
             }
             mark("global_blocks")?;
         }
