@@ -173,8 +173,11 @@ pub struct UvTable {
     rows: CudaSlice<f32>,
 }
 
-/// The two halves of the UV embedding of a `dims` map (see [`UvTable`]), taken from the CPU's
-/// full embedding so that every value is the CPU's.
+/// The two halves of the UV embedding of a `dims` map (see [`UvTable`]), made by the CPU's
+/// `add_uv_embedding` so that every value is the CPU's. The column half depends on the width
+/// alone and the row half on the height alone, so a one-row map (`c x 1 x w`) gives the first and
+/// a one-column map (`c x h x 1`) the second, without the full `h x w x c` map (100 MB at the
+/// image size).
 pub fn uv_halves(dims: Nhwc, aspect: f64) -> Result<(Vec<f32>, Vec<f32>)> {
     let Nhwc { h, w, c } = dims;
     if c == 0 || !c.is_multiple_of(16) || h == 0 || w == 0 {
@@ -182,17 +185,19 @@ pub fn uv_halves(dims: Nhwc, aspect: f64) -> Result<(Vec<f32>, Vec<f32>)> {
             "UV embedding of {dims:?}: needs a non-empty map and a positive multiple of 16 channels"
         )));
     }
-    let mut map = FeatureMap::zeros(c, h, w);
-    add_uv_embedding(&mut map, aspect);
-    let (half, plane) = (c / 2, h * w);
+    let mut one_row = FeatureMap::zeros(c, 1, w);
+    add_uv_embedding(&mut one_row, aspect);
+    let mut one_col = FeatureMap::zeros(c, h, 1);
+    add_uv_embedding(&mut one_col, aspect);
+    let half = c / 2;
     let mut cols = vec![0.0f32; w * half];
     let mut rows = vec![0.0f32; h * half];
     for ch in 0..half {
         for x in 0..w {
-            cols[x * half + ch] = map.data[ch * plane + x];
+            cols[x * half + ch] = one_row.data[ch * w + x];
         }
         for y in 0..h {
-            rows[y * half + ch] = map.data[(half + ch) * plane + y * w];
+            rows[y * half + ch] = one_col.data[(half + ch) * h + y];
         }
     }
     Ok((cols, rows))
@@ -206,10 +211,6 @@ impl UvTable {
             cols: upload_f32(dev, &cols)?,
             rows: upload_f32(dev, &rows)?,
         })
-    }
-
-    pub fn dims(&self) -> Nhwc {
-        self.dims
     }
 
     fn check(&self, dims: Nhwc, what: &str) -> Result<()> {
@@ -659,13 +660,16 @@ impl DeviceConvTranspose {
 mod tests {
     use super::*;
 
-    /// The two halves put back together are the CPU's full embedding, value for value.
+    /// The two halves put back together are the CPU's full embedding of the whole map, value for
+    /// value (the halves themselves come from one-row and one-column maps).
     #[test]
     fn uv_halves_rebuild_the_cpu_embedding() {
         for (c, h, w, aspect) in [
             (16, 5, 7, 1.4),
             (128, 27, 37, 518.0 / 378.0),
             (32, 1, 9, 0.5),
+            (64, 9, 1, 2.0),
+            (128, 378, 518, 518.0 / 378.0),
         ] {
             let (cols, rows) = uv_halves(Nhwc::new(h, w, c), aspect).expect("halves");
             let mut map = FeatureMap::zeros(c, h, w);
