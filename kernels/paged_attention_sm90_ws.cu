@@ -19,10 +19,12 @@
 // Tiles are stored with the 128-byte swizzle the wgmma descriptors expect (16-byte chunk c of
 // row r at c ^ (r & 7)).
 //
-// Two entry points: paged_attention_fwd_sm90_ws_n192 (192-key tiles in four stages, setmaxnreg
-// 40/232, a 1-tile copy lag: the default for global attention) and paged_attention_fwd_sm90_ws
-// (128-key tiles in six stages, no setmaxnreg, a 2-tile lag: the default for frame-local
-// attention, whose 1005 keys waste less of a ragged last tile of 128). The variants that lost
+// Three entry points: paged_attention_fwd_sm90_ws_n192 (192-key tiles in four stages,
+// setmaxnreg 40/232, a 1-tile copy lag: the default for global attention),
+// paged_attention_fwd_sm90_ws (128-key tiles in six stages, no setmaxnreg, a 2-tile lag: the
+// default for frame-local attention, whose 1005 keys waste less of a ragged last tile of 128) and
+// paged_attention_fwd_sm90_ws_qkv (the same, its keys, values and queries read from a q/k/v
+// GEMM's output: DINO's frame-local attention without a split kernel). The variants that lost
 // against them (their numbers: docs/cuda.md, "Experiments that lost") are in git history before
 // commit 51ba199.
 
@@ -146,10 +148,35 @@ __device__ __forceinline__ void wgmma_s(float* d, u64 desc_a, u64 desc_b, int sc
     else wgmma_m64n192k16_ss(d, desc_a, desc_b, scale_d);
 }
 
+// Where K and V live. QKV false: the pool `[page][K|V][heads][page_size][64]`. QKV true: a q/k/v
+// GEMM's output `[token][q|k|v][heads][64]`, `pool` pointing at the first token's K, one page
+// per frame of page_size tokens (frame-local attention without a split kernel; the queries are
+// the same rows' q, 3 x heads x 64 apart).
+template <bool QKV>
+struct WsLayout {
+    u32 row;          // between consecutive keys of a head
+    u32 head;         // between heads
+    u32 v;            // K -> V
+    u32 page;         // between pages
+    __device__ __forceinline__ WsLayout(u32 page_size, u32 heads) {
+        if constexpr (QKV) {
+            row = 3 * heads * HEAD_DIM;
+            head = HEAD_DIM;
+            v = heads * HEAD_DIM;
+            page = page_size * row;
+        } else {
+            row = HEAD_DIM;
+            head = page_size * HEAD_DIM;
+            v = head * heads;
+            page = 2 * v;
+        }
+    }
+};
+
 // ---- producer: warpgroup 0 -------------------------------------------------------------------
 // Thread `tid` (0..127) copies chunk column tid & 7 of rows (tid >> 3) + 16 i, i < 8, of every
 // tile, K and V.
-template <int BN, int LAG>
+template <int BN, int LAG, bool QKV>
 __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32 bar_empty,
     const u16* __restrict__ pool, u32 page_size, const u32* __restrict__ indices,
     const u32* __restrict__ cum, u32 n_pages, u32 kv_len, u32 kv_begin, u32 kv_end, u32 n_tiles,
@@ -157,9 +184,10 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
     constexpr u32 kRowStep = 128 / ROW_CHUNKS;                // 16
     constexpr int kLoadRows = BN / kRowStep;           // 8 or 12
     // 32-bit strides: the host checks that a page (K and V) has fewer than 2^32 elements.
-    const u32 head_stride = page_size * HEAD_DIM;  // pool [page][K|V][heads][page_size][64]
-    const u32 v_offset = head_stride * heads;
-    const u32 page_stride = 2 * v_offset;
+    const WsLayout<QKV> at(page_size, heads);
+    const u32 head_stride = at.head;
+    const u32 v_offset = at.v;
+    const u32 page_stride = at.page;
     const u32 ld_col = tid & 7;
     const u32 ld_row = tid >> 3;
     // The rows this thread copies only move forward (row ld_row + 16 i of tile j, tile after
@@ -193,7 +221,7 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
                     hi = __ldg(cum + p + 1);
                     page_ptr = pool + (u64)__ldg(indices + p) * page_stride + h * head_stride + ld_col * 8;
                 }
-                src = page_ptr + (t - lo) * HEAD_DIM;
+                src = page_ptr + (t - lo) * at.row;
             }
             const u32 off = swz(r, ld_col) * 8;
             cp_async_16(smem_addr(sk + off), src, ok);
@@ -286,7 +314,7 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
 }
 
 // ---- consumer warpgroup c (0 .. WS_NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
-template <int BN>
+template <int BN, bool QKV>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, u32 lq, u32 heads, u32 n_splits,
     float scale_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
@@ -299,7 +327,8 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
         const u32 r = c * 64 + (chunk >> 3), ch = chunk & 7;
         const u32 row = q0 + r;
         const bool ok = row < lq;
-        const u16* src = q + ((u64)(ok ? row : 0) * heads + h) * HEAD_DIM + ch * 8;
+        const u64 q_row = QKV ? 3 * heads : heads;
+        const u16* src = q + ((u64)(ok ? row : 0) * q_row + h) * HEAD_DIM + ch * 8;
         cp_async_16(smem_addr(sq + swz(r, ch) * 8), src, ok);
     }
     cp_async_commit();
@@ -431,7 +460,8 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 
 // REGS: setmaxnreg (the producer warpgroup drops to 40 registers, the consumers rise to 232).
 // LAG: tiles the producer announces behind its latest copies.
-template <int BN, bool REGS, int LAG>
+// QKV: keys, values and queries in a q/k/v GEMM's output (WsLayout).
+template <int BN, bool REGS, int LAG, bool QKV>
 __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
     u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
@@ -479,11 +509,11 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         // 40 + 2 x 232 registers per thread-row of the 64K file (x 128 threads).
         if constexpr (REGS) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (n_tiles > 0)
-            ws_producer<BN, LAG>(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum,
+            ws_producer<BN, LAG, QKV>(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum,
                                  n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
     } else {
         if constexpr (REGS) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-        ws_consumer<BN>(q, out, part_o, part_lse, lq, heads, n_splits, scale_log2, sq, skv,
+        ws_consumer<BN, QKV>(q, out, part_o, part_lse, lq, heads, n_splits, scale_log2, sq, skv,
             bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
     }
 }
@@ -491,17 +521,20 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 // Smem: 1024 (alignment slack) + NC x 8 KB Q + STAGES x (2 x BN x 128 B) K/V + 2 x STAGES
 // mbarriers. NC consumer warpgroups + 1 producer: (NC + 1) x 128 threads, one CTA per SM.
 // The host names each entry point once more, in src/backend/cuda/attention/table.rs.
-#define WS_ENTRY(NAME, BN, REGS, LAG)                                                              \
+#define WS_ENTRY(NAME, BN, REGS, LAG, QKV)                                                         \
     extern "C" __global__ void __launch_bounds__((WS_NC + 1) * 128, 1) NAME(                      \
         const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \
         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
         const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
         const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) { \
-        ws_body<BN, REGS, LAG>(q, out, part_o, part_lse, pool, page_size, indices, cum,            \
+        ws_body<BN, REGS, LAG, QKV>(q, out, part_o, part_lse, pool, page_size, indices, cum,            \
             n_pages_ptr, lq, heads, n_splits, scale_log2);                                        \
     }
 
 // 128-key tiles (six stages), 2-tile copy lag: frame-local attention's default.
-WS_ENTRY(paged_attention_fwd_sm90_ws, 128, false, 2)
+WS_ENTRY(paged_attention_fwd_sm90_ws, 128, false, 2, false)
 // 192-key tiles (four stages), setmaxnreg, 1-tile copy lag: global attention's default.
-WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, 1)
+WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, 1, false)
+// paged_attention_fwd_sm90_ws reading a q/k/v GEMM's output (WsLayout): DINO's frame-local
+// attention, whose q/k/v need no norm or rotation, without the split kernel.
+WS_ENTRY(paged_attention_fwd_sm90_ws_qkv, 128, false, 2, true)

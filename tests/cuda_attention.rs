@@ -348,3 +348,137 @@ fn matches_cpu_attention_and_dense_baseline() {
     eprintln!("gpu dense vs cpu paged: {err:.2e}");
     assert!(err <= TOLERANCE, "dense baseline vs cpu attention: {err}");
 }
+
+/// DINO's frame-local attention read straight from the q/k/v GEMM's output
+/// (`frame_attention_from_qkv`) gives the bits of the split-then-attend path: the same kernel
+/// over K/V copied into a pool, per frame, and matches the host reference.
+#[test]
+fn frame_attention_from_qkv_equals_the_split_path() {
+    use streamrecon::backend::cuda::arena::DevPtr;
+    use streamrecon::backend::cuda::attention::{
+        frame_attention_from_qkv, has_frame_attention_from_qkv,
+    };
+    use streamrecon::gpu_model::transformer::local_tables;
+    let Some(dev) = device() else { return };
+    if !has_frame_attention_from_qkv(&dev) {
+        eprintln!("skipping: the q/k/v-reading kernel is built for Hopper (sm_90a) alone");
+        return;
+    }
+    let (frames, tokens, heads) = (2usize, 1005usize, 16usize);
+    let width = heads * D;
+    let mut rng = StdRng::seed_from_u64(31);
+    let qkv_host = random_bf16(&mut rng, frames * tokens * 3 * width, 2.0);
+    let qkv = dev.stream.clone_htod(&qkv_host).unwrap();
+    let tables = dev
+        .stream
+        .clone_htod(&local_tables(frames, tokens))
+        .unwrap();
+    let out = dev
+        .stream
+        .clone_htod(&vec![bf16::NAN; frames * tokens * width])
+        .unwrap();
+    let words = tables.len() / frames;
+    for f in 0..frames {
+        let table = DevPtr::of(&tables).slice(words * f, words).unwrap();
+        frame_attention_from_qkv(
+            &dev,
+            DevPtr::of(&qkv),
+            f,
+            DevPtr::of(&out)
+                .slice(f * tokens * width, tokens * width)
+                .unwrap(),
+            table.slice(2, 1).unwrap(),
+            table.slice(3, 2).unwrap(),
+            table.slice(0, 1).unwrap(),
+            tokens,
+            heads,
+        )
+        .unwrap();
+    }
+    let got = dev.stream.clone_dtoh(&out).unwrap();
+
+    // The split path: each frame's K/V as one page of a pool, its q rows, the same kernel.
+    let geometry = KvGeometry {
+        layers: 1,
+        heads,
+        head_dim: D,
+        page_size: tokens,
+        max_pages: 1,
+    };
+    for f in 0..frames {
+        let row = |t: usize| &qkv_host[(f * tokens + t) * 3 * width..][..3 * width];
+        let q_host: Vec<bf16> = (0..tokens).flat_map(|t| row(t)[..width].to_vec()).collect();
+        let mut pool = vec![bf16::ZERO; geometry.layer_elems()];
+        for (part, base) in [(0usize, width), (1, 2 * width)] {
+            for h in 0..heads {
+                for t in 0..tokens {
+                    let to = ((part * heads + h) * tokens + t) * D;
+                    pool[to..to + D].copy_from_slice(&row(t)[base + h * D..][..D]);
+                }
+            }
+        }
+        let mut cache = DeviceKvCache::new(&dev, geometry, 1).unwrap();
+        cache
+            .upload(
+                &dev,
+                PageTableUpload {
+                    indices: &[0],
+                    page_lens: &[tokens as u32],
+                    runs: &[],
+                },
+            )
+            .unwrap();
+        dev.stream
+            .memcpy_htod(&pool, cache.pool_mut(0).unwrap())
+            .unwrap();
+        let q = dev.stream.clone_htod(&q_host).unwrap();
+        let mut split_out = dev.stream.alloc_zeros::<bf16>(tokens * width).unwrap();
+        let mut ws = AttentionWorkspace::new(&dev, tokens, heads, 1).unwrap();
+        let kv = PagedKv {
+            pool: cache.pool(0).unwrap().as_view(),
+            page_size: tokens as u32,
+            indices: cache.indices(),
+            cum: cache.cum(),
+            n_pages: cache.n_pages_on_device(),
+            kv_len: cache.kv_len(),
+        };
+        gpu_paged_attention(
+            &dev,
+            &q,
+            &mut split_out,
+            &kv,
+            tokens,
+            heads,
+            AttentionOptions {
+                splits: Some(1),
+                kernel: Some(AttentionKernel::WgmmaWs),
+            },
+            &mut ws,
+        )
+        .unwrap();
+        let split_out = dev.stream.clone_dtoh(&split_out).unwrap();
+        let mine = &got[f * tokens * width..][..tokens * width];
+        assert!(
+            mine.iter()
+                .zip(&split_out)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "frame {f}: the q/k/v-reading kernel and the split path differ"
+        );
+        let reference = paged_attention_rows(
+            &q_host,
+            &HostPagedKv {
+                pool: &pool,
+                page_size: tokens,
+                heads,
+                head_dim: D,
+                indices: &[0],
+                page_lens: &[tokens as u32],
+            },
+            &(0..tokens).collect::<Vec<_>>(),
+        );
+        let mine: Vec<f32> = mine.iter().map(|x| x.to_f32()).collect();
+        let err = relative_error(&mine, &reference);
+        eprintln!("frame {f}: q/k/v-reading kernel rel err {err:.2e}, bit-equal to the split path");
+        assert!(err <= TOLERANCE, "frame {f}: relative error {err}");
+    }
+}

@@ -7,7 +7,8 @@ use half::bf16;
 
 use crate::backend::cuda::arena::{ArenaPlan, DevPtr};
 use crate::backend::cuda::attention::{
-    AttentionKernel, RawPagedKv, RawWorkspace, choose_splits, paged_attention_raw,
+    AttentionKernel, RawPagedKv, RawWorkspace, choose_splits, frame_attention_from_qkv,
+    has_frame_attention_from_qkv, paged_attention_raw,
 };
 use crate::backend::cuda::gemm::{Epilogue, Gemm};
 use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope, RowCopy};
@@ -251,43 +252,66 @@ pub fn block_forward(
             rope,
         } => {
             let row = c;
-            s.kv.check_len(2 * frames * tokens * row, "frame-local K/V scratch")?;
-            for f in 0..frames {
-                let rows = f * tokens * row;
-                let table = tables.slice(LOCAL_TABLE_WORDS * f, LOCAL_TABLE_WORDS)?;
-                ops::qkv_split_norm_rope_to_pages(
-                    dev,
-                    s.qkv.slice(3 * rows, 3 * tokens * row)?,
-                    s.q.slice(rows, tokens * row)?,
-                    PagedKvDest {
-                        pool: s.kv.addr(),
-                        runs: table.slice(1, 4)?.addr(),
-                        n_runs: table.slice(0, 1)?.addr(),
+            // DINO's q/k/v need no norm and no rotation: on Hopper the frame-local kernel reads
+            // them from the GEMM's output as they are, without the split kernel.
+            let from_qkv = norm.is_none()
+                && matches!(rope, Rope::None)
+                && setup.kernel == AttentionKernel::WgmmaWs
+                && has_frame_attention_from_qkv(dev);
+            if from_qkv {
+                for f in 0..frames {
+                    let table = tables.slice(LOCAL_TABLE_WORDS * f, LOCAL_TABLE_WORDS)?;
+                    frame_attention_from_qkv(
+                        dev,
+                        s.qkv,
+                        f,
+                        s.attn.slice(f * tokens * row, tokens * row)?,
+                        table.slice(2, 1)?,
+                        table.slice(3, 2)?,
+                        table.slice(0, 1)?,
+                        tokens,
+                        heads,
+                    )?;
+                }
+            } else {
+                s.kv.check_len(2 * frames * tokens * row, "frame-local K/V scratch")?;
+                for f in 0..frames {
+                    let rows = f * tokens * row;
+                    let table = tables.slice(LOCAL_TABLE_WORDS * f, LOCAL_TABLE_WORDS)?;
+                    ops::qkv_split_norm_rope_to_pages(
+                        dev,
+                        s.qkv.slice(3 * rows, 3 * tokens * row)?,
+                        s.q.slice(rows, tokens * row)?,
+                        PagedKvDest {
+                            pool: s.kv.addr(),
+                            runs: table.slice(1, 4)?.addr(),
+                            n_runs: table.slice(0, 1)?.addr(),
+                            page_size: tokens as u32,
+                        },
+                        tokens,
+                        heads,
+                        norm,
+                        rope,
+                    )?;
+                    let kv = RawPagedKv {
+                        pool: s.kv,
                         page_size: tokens as u32,
-                    },
-                    tokens,
-                    heads,
-                    norm,
-                    rope,
-                )?;
-                let kv = RawPagedKv {
-                    pool: s.kv,
-                    page_size: tokens as u32,
-                    indices: table.slice(2, 1)?,
-                    cum: table.slice(3, 2)?,
-                    n_pages: table.slice(0, 1)?,
-                };
-                paged_attention_raw(
-                    dev,
-                    setup.kernel,
-                    s.q.slice(rows, tokens * row)?,
-                    s.attn.slice(rows, tokens * row)?,
-                    &kv,
-                    tokens,
-                    heads,
-                    setup.splits(tokens, heads),
-                    s.ws,
-                )?;
+                        indices: table.slice(2, 1)?,
+                        cum: table.slice(3, 2)?,
+                        n_pages: table.slice(0, 1)?,
+                    };
+                    paged_attention_raw(
+                        dev,
+                        setup.kernel,
+                        s.q.slice(rows, tokens * row)?,
+                        s.attn.slice(rows, tokens * row)?,
+                        &kv,
+                        tokens,
+                        heads,
+                        setup.splits(tokens, heads),
+                        s.ws,
+                    )?;
+                }
             }
         }
         Attend::Cache {

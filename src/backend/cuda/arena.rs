@@ -65,6 +65,16 @@ impl<T> DevPtr<T> {
         }
     }
 
+    /// No buffer: address 0, no elements (an argument the kernel does not read; every length
+    /// check against it fails).
+    pub fn null() -> Self {
+        Self {
+            addr: 0,
+            len: 0,
+            _elem: PhantomData,
+        }
+    }
+
     /// The raw address, for kernel arguments (`let a = p.addr(); builder.arg(&a)`).
     pub fn addr(&self) -> u64 {
         self.addr

@@ -303,7 +303,122 @@ pub fn paged_attention_raw(
     if lq == 0 {
         return Ok(());
     }
-    let fwd = dev.kernels.get(kernel.entry())?;
+    launch_fwd(
+        dev,
+        kernel,
+        kernel.entry(),
+        q,
+        out,
+        kv,
+        lq,
+        heads,
+        n_splits,
+        ws,
+    )?;
+    if n_splits > 1 {
+        let combine = dev.kernels.get("attention_combine")?;
+        let threads = lq * heads * (HEAD_DIM / 2);
+        let cfg = LaunchConfig {
+            grid_dim: (threads.div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (lq32, heads32, ns32) = (lq as u32, heads as u32, n_splits as u32);
+        let (oa, po, pl) = (out.addr(), ws.part_o.addr(), ws.part_lse.addr());
+        let mut b = dev.stream.launch_builder(combine);
+        b.arg(&po)
+            .arg(&pl)
+            .arg(&oa)
+            .arg(&lq32)
+            .arg(&heads32)
+            .arg(&ns32);
+        // SAFETY: arguments match attention_combine; the workspace holds n_splits planes.
+        unsafe { b.launch(cfg) }?;
+    }
+    Ok(())
+}
+
+/// The entry point of the warp-specialised frame-local kernel that reads a q/k/v GEMM's output.
+const QKV_ENTRY: &str = "paged_attention_fwd_sm90_ws_qkv";
+
+/// Whether [`frame_attention_from_qkv`] can run here (the kernel is built for Hopper alone).
+pub fn has_frame_attention_from_qkv(dev: &CudaDevice) -> bool {
+    dev.kernels.has(QKV_ENTRY)
+}
+
+/// Frame-local attention of one frame read straight from a q/k/v GEMM's output
+/// `qkv[frames x tokens][q|k|v][heads][64]`, without splitting it first: for q/k/v that need no
+/// norm or rotation (DINO). `table` is the frame's one-page table (`n_pages` 1, page = the
+/// frame's index, cum `[0, tokens]`); the queries are that frame's rows. The kernel is
+/// [`AttentionKernel::WgmmaWs`] with another address calculation (the same tiles and rounding).
+/// Launch only: graph-capturable.
+#[allow(clippy::too_many_arguments)]
+pub fn frame_attention_from_qkv(
+    dev: &CudaDevice,
+    qkv: DevPtr<bf16>,
+    frame: usize,
+    out: DevPtr<bf16>,
+    indices: DevPtr<u32>,
+    cum: DevPtr<u32>,
+    n_pages: DevPtr<u32>,
+    tokens: usize,
+    heads: usize,
+) -> Result<(), CudaError> {
+    let width = heads * HEAD_DIM;
+    let frame_elems = tokens * 3 * width;
+    qkv.check_len((frame + 1) * frame_elems, "frame attention q/k/v")?;
+    out.check_len(tokens * width, "frame attention out")?;
+    if frame_elems as u64 >= 1 << 32 {
+        return Err(CudaError::Invalid(format!(
+            "a frame of {tokens} tokens x {heads} heads of q/k/v exceeds 2^32 elements"
+        )));
+    }
+    if tokens == 0 {
+        return Ok(());
+    }
+    // K of token 0 of frame 0 (the kernel adds the frame's page and V's offset itself).
+    let kv = RawPagedKv {
+        pool: qkv.slice(width, qkv.len() - width)?,
+        page_size: tokens as u32,
+        indices,
+        cum,
+        n_pages,
+    };
+    let q = qkv.slice(frame * frame_elems, frame_elems)?;
+    let unused = RawWorkspace {
+        part_o: DevPtr::null(),
+        part_lse: DevPtr::null(),
+    };
+    launch_fwd(
+        dev,
+        AttentionKernel::WgmmaWs,
+        QKV_ENTRY,
+        q,
+        out,
+        &kv,
+        tokens,
+        heads,
+        1,
+        unused,
+    )
+}
+
+/// One launch of an attention kernel's entry `entry` (the kernel's own, or a variant with its
+/// launch shape) over `n_splits` key splits.
+#[allow(clippy::too_many_arguments)]
+fn launch_fwd(
+    dev: &CudaDevice,
+    kernel: AttentionKernel,
+    entry: &str,
+    q: DevPtr<bf16>,
+    out: DevPtr<bf16>,
+    kv: &RawPagedKv,
+    lq: usize,
+    heads: usize,
+    n_splits: usize,
+    ws: RawWorkspace,
+) -> Result<(), CudaError> {
+    let fwd = dev.kernels.get(entry)?;
     fwd.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         kernel.smem_bytes() as i32,
@@ -339,24 +454,6 @@ pub fn paged_attention_raw(
     // SAFETY: arguments match the attention kernels' contract; buffer sizes checked above; the
     // table was validated when uploaded.
     unsafe { b.launch(cfg) }?;
-    if n_splits > 1 {
-        let combine = dev.kernels.get("attention_combine")?;
-        let threads = lq * heads * (HEAD_DIM / 2);
-        let cfg = LaunchConfig {
-            grid_dim: (threads.div_ceil(256) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = dev.stream.launch_builder(combine);
-        b.arg(&po)
-            .arg(&pl)
-            .arg(&oa)
-            .arg(&lq32)
-            .arg(&heads32)
-            .arg(&ns32);
-        // SAFETY: arguments match attention_combine; the workspace holds n_splits planes.
-        unsafe { b.launch(cfg) }?;
-    }
     Ok(())
 }
 

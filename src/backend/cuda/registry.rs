@@ -141,7 +141,8 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "paged_attention_sm90_ws",
         source: include_str!("../../../kernels/paged_attention_sm90_ws.cu"),
-        functions: &[],
+        // Beside the kernels of the attention table: the frame-local one reading q/k/v rows.
+        functions: &["paged_attention_fwd_sm90_ws_qkv"],
         hopper_only: true,
     },
 ];
