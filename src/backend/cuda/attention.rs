@@ -348,8 +348,8 @@ pub fn has_frame_attention_from_qkv(dev: &CudaDevice) -> bool {
 
 /// Frame-local attention of one frame read straight from a q/k/v GEMM's output
 /// `qkv[frames x tokens][q|k|v][heads][64]`, without splitting it first: for q/k/v that need no
-/// norm or rotation (DINO). `table` is the frame's one-page table (`n_pages` 1, page = the
-/// frame's index, cum `[0, tokens]`); the queries are that frame's rows. The kernel is
+/// norm or rotation (DINO). `indices`, `cum` and `n_pages` are the frame's one-page table (one
+/// page, the frame's index, keys `[0, tokens)`); the queries are that frame's rows. The kernel is
 /// [`AttentionKernel::WgmmaWs`] with another address calculation (the same tiles and rounding).
 /// Launch only: graph-capturable.
 #[allow(clippy::too_many_arguments)]
@@ -451,8 +451,8 @@ fn launch_fwd(
         .arg(&heads32)
         .arg(&ns32)
         .arg(&scale_log2);
-    // SAFETY: arguments match the attention kernels' contract; buffer sizes checked above; the
-    // table was validated when uploaded.
+    // SAFETY: arguments match the attention kernels' contract; the callers checked the buffer
+    // sizes; the table was validated when uploaded.
     unsafe { b.launch(cfg) }?;
     Ok(())
 }
