@@ -3,24 +3,29 @@
 // kernel (bf16 `out` with one split, else f32 partials normalised by the split's own sum and
 // their log2-domain LSE for attention_combine).
 //
-// One CTA per SM: 3 warpgroups, 128 query rows of one head against one key split.
-//   warpgroup 0  producer: gathers the paged K/V tiles (BN = 128 or 192 keys) with cp.async into a
-//                ring of STAGES shared-memory stages; each row looks up its own page (a tile may
-//                straddle pages). A stage is announced on its `full` mbarrier once its copies
+// One CTA per SM: 3 warpgroups, 128 query rows of one head against one key split (or 5 and 256
+// rows: the four-consumer entry).
+//   warpgroup 0  producer: gathers the paged K/V tiles (BN = 64, 128 or 192 keys) with cp.async
+//                into a ring of STAGES shared-memory stages; each row looks up its own page (a
+//                tile may straddle pages). A stage is announced on its `full` mbarrier once its copies
 //                landed (the producer waits LAG tiles behind, then fences to the async proxy and
-//                arrives), and refilled once both consumers arrived on its `empty` mbarrier.
-//   warpgroups 1, 2  consumers, 64 query rows each. Per key tile j one "GEMM section" issues
+//                arrives), and refilled once every consumer arrived on its `empty` mbarrier.
+//   warpgroups 1 .. NC  consumers, 64 query rows each. Per key tile j one "GEMM section" issues
 //                S(j) = Q K(j)^T (m64nBNk16, Q and K from shared memory) together with
 //                O += P(j-1) V(j-1) (m64n64k16, P from registers, V MN-major), waits for S(j),
 //                then does the online softmax of S(j) into P(j) on the CUDA cores while its own
-//                P(j-1) V(j-1) may still run (only O and P wait for it). The two consumers take
-//                turns issuing their sections (ping-pong through named barriers 1 and 2), so one
-//                warpgroup's softmax runs while the other's products occupy the tensor cores.
+//                P(j-1) V(j-1) may still run (only O and P wait for it). The consumers take
+//                turns issuing their sections, in a ring through named barriers 1 .. NC (with
+//                two, ping-pong), so one warpgroup's softmax runs while another's products
+//                occupy the tensor cores.
 // Tiles are stored with the 128-byte swizzle the wgmma descriptors expect (16-byte chunk c of
 // row r at c ^ (r & 7)).
 //
-// Three entry points: paged_attention_fwd_sm90_ws_n192 (192-key tiles in four stages,
-// setmaxnreg 40/232, a 1-tile copy lag: the default for global attention),
+// Four entry points: paged_attention_fwd_sm90_ws_m256 (four consumers, 256 query rows, 64-key
+// tiles in twelve stages, setmaxnreg 32/112, a 2-tile copy lag: the default for global attention;
+// more consumer warps per SM sub-partition hide more of the softmax's latency),
+// paged_attention_fwd_sm90_ws_n192 (192-key tiles in four stages, setmaxnreg 40/232, a 1-tile
+// copy lag),
 // paged_attention_fwd_sm90_ws (128-key tiles in six stages, no setmaxnreg, a 2-tile lag: the
 // default for frame-local attention, whose 1005 keys waste less of a ragged last tile of 128) and
 // paged_attention_fwd_sm90_ws_qkv (the same, its keys, values and queries read from a q/k/v
@@ -32,15 +37,15 @@
 
 // The wgmma shapes and fragment layouts below are written for 64-wide heads.
 static_assert(HEAD_DIM == 64, "paged_attention_sm90_ws.cu is specialised for head_dim 64");
-// Query rows per consumer warpgroup, and the consumer warpgroups of a CTA (plus one producer).
+// Query rows per consumer warpgroup (a CTA has NC consumer warpgroups, plus its producer).
 #define WS_WG_ROWS 64
-#define WS_NC 2
 // Bytes of the Q tile of NC consumers (the K/V ring and its barriers follow it).
 #define WS_Q_BYTES(NC) ((NC) * WS_WG_ROWS * HEAD_DIM * 2)
-// Key tile BN (128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB either way).
+// Key tile BN (64, 128 or 192): K and V tiles of one stage, ring depth (the ring is 192 KB in
+// every case).
 template <int BN>
 struct Ws {
-    static constexpr u32 STAGES = BN == 128 ? 6 : 4;
+    static constexpr u32 STAGES = BN == 64 ? 12 : BN == 128 ? 6 : 4;
     static constexpr u32 TILE_BYTES = BN * HEAD_DIM * 2;
     static constexpr u32 STAGE_BYTES = 2 * TILE_BYTES;
 };
@@ -121,6 +126,16 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs_trans(float* d, const u32* a,
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
 }
 
+// D[64x64] (+)= A[64x16] * B[16x64], both from shared memory (K-major); scale_d = 0 overwrites.
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float* d, u64 desc_a, u64 desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 // D[64x128] (+)= A[64x16] * B[16x128], both from shared memory (K-major); scale_d = 0 overwrites.
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float* d, u64 desc_a, u64 desc_b, int scale_d) {
     asm volatile(
@@ -141,10 +156,11 @@ __device__ __forceinline__ void wgmma_m64n192k16_ss(float* d, u64 desc_a, u64 de
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-// S tile of BN keys: m64n128k16 or m64n192k16.
+// S tile of BN keys: m64n64k16, m64n128k16 or m64n192k16.
 template <int BN>
 __device__ __forceinline__ void wgmma_s(float* d, u64 desc_a, u64 desc_b, int scale_d) {
-    if constexpr (BN == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, scale_d);
+    if constexpr (BN == 64) wgmma_m64n64k16_ss(d, desc_a, desc_b, scale_d);
+    else if constexpr (BN == 128) wgmma_m64n128k16_ss(d, desc_a, desc_b, scale_d);
     else wgmma_m64n192k16_ss(d, desc_a, desc_b, scale_d);
 }
 
@@ -174,7 +190,7 @@ struct WsLayout {
 };
 
 // ---- producer: warpgroup 0 -------------------------------------------------------------------
-// Thread `tid` (0..127) copies chunk column tid & 7 of rows (tid >> 3) + 16 i, i < 8, of every
+// Thread `tid` (0..127) copies chunk column tid & 7 of rows (tid >> 3) + 16 i, i < BN / 16, of every
 // tile, K and V.
 template <int BN, int LAG, bool QKV>
 __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32 bar_empty,
@@ -182,7 +198,7 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
     const u32* __restrict__ cum, u32 n_pages, u32 kv_len, u32 kv_begin, u32 kv_end, u32 n_tiles,
     u32 heads, u32 h) {
     constexpr u32 kRowStep = 128 / ROW_CHUNKS;                // 16
-    constexpr int kLoadRows = BN / kRowStep;           // 8 or 12
+    constexpr int kLoadRows = BN / kRowStep;           // 4, 8 or 12
     // 32-bit strides: the host checks that a page (K and V) has fewer than 2^32 elements.
     const WsLayout<QKV> at(page_size, heads);
     const u32 head_stride = at.head;
@@ -313,13 +329,12 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
     }
 }
 
-// ---- consumer warpgroup c (0 .. WS_NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
-template <int BN, bool QKV>
+// ---- consumer warpgroup c (0 .. NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
+template <int BN, bool QKV, u32 NC>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, u32 lq, u32 heads, u32 n_splits,
     float scale_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
     u32 warp, u32 q0, u32 split, u32 h, u32 n_tiles, u32 kv_begin, u32 kv_end) {
-    constexpr u32 NC = WS_NC;
     const u32 ctid = tid & 127;
 #pragma unroll
     for (int i = 0; i < (64 * ROW_CHUNKS) / 128; ++i) {
@@ -458,15 +473,19 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     }
 }
 
-// REGS: setmaxnreg (the producer warpgroup drops to 40 registers, the consumers rise to 232).
+// REGS: setmaxnreg (the producer warpgroup drops to 40 registers, the consumers rise to 232, or
+// 32 and 112 with four consumers).
 // LAG: tiles the producer announces behind its latest copies.
 // QKV: keys, values and queries in a q/k/v GEMM's output (WsLayout).
-template <int BN, bool REGS, int LAG, bool QKV>
+// NC: consumer warpgroups (2, or 4 with setmaxnreg 32/112: a CTA of 20 warps puts 5 on each SM
+// sub-partition, whose 16K registers allow 96 each at launch, and the consumers can only take
+// what the producer gives back: 128 x 64 = 512 x 16).
+template <int BN, bool REGS, int LAG, bool QKV, u32 NC>
 __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
     u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
     const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) {
-    constexpr u32 NC = WS_NC;
+    static_assert(NC == 2 || (NC == 4 && REGS), "four consumers need setmaxnreg to fit their tiles");
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
     u16* sq = (u16*)smem;                                     // [NC * 64][64], swizzled
@@ -506,14 +525,17 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 
     // setmaxnreg wants each warpgroup's role as one branch of a single if/else.
     if (role == 0) {
-        // 40 + 2 x 232 registers per thread-row of the 64K file (x 128 threads).
-        if constexpr (REGS) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        // The consumers take what the producer gives back: 40 + 2 x 232 (from 168 each at
+        // launch) or 32 + 4 x 112 (from 96).
+        if constexpr (REGS && NC == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if constexpr (REGS && NC == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
         if (n_tiles > 0)
             ws_producer<BN, LAG, QKV>(tid, skv, bar_full, bar_empty, pool, page_size, indices, cum,
                                  n_pages, kv_len, kv_begin, kv_end, n_tiles, heads, h);
     } else {
-        if constexpr (REGS) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-        ws_consumer<BN, QKV>(q, out, part_o, part_lse, lq, heads, n_splits, scale_log2, sq, skv,
+        if constexpr (REGS && NC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        if constexpr (REGS && NC == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;\n" ::: "memory");
+        ws_consumer<BN, QKV, NC>(q, out, part_o, part_lse, lq, heads, n_splits, scale_log2, sq, skv,
             bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
     }
 }
@@ -521,20 +543,24 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 // Smem: 1024 (alignment slack) + NC x 8 KB Q + STAGES x (2 x BN x 128 B) K/V + 2 x STAGES
 // mbarriers. NC consumer warpgroups + 1 producer: (NC + 1) x 128 threads, one CTA per SM.
 // The host names each entry point once more, in src/backend/cuda/attention/table.rs.
-#define WS_ENTRY(NAME, BN, REGS, LAG, QKV)                                                         \
-    extern "C" __global__ void __launch_bounds__((WS_NC + 1) * 128, 1) NAME(                      \
+#define WS_ENTRY(NAME, BN, REGS, LAG, QKV, NC)                                                     \
+    extern "C" __global__ void __launch_bounds__(((NC) + 1) * 128, 1) NAME(                       \
         const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \
         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
         const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
         const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) { \
-        ws_body<BN, REGS, LAG, QKV>(q, out, part_o, part_lse, pool, page_size, indices, cum,            \
+        ws_body<BN, REGS, LAG, QKV, NC>(q, out, part_o, part_lse, pool, page_size, indices, cum,            \
             n_pages_ptr, lq, heads, n_splits, scale_log2);                                        \
     }
 
 // 128-key tiles (six stages), 2-tile copy lag: frame-local attention's default.
-WS_ENTRY(paged_attention_fwd_sm90_ws, 128, false, 2, false)
-// 192-key tiles (four stages), setmaxnreg, 1-tile copy lag: global attention's default.
-WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, 1, false)
+WS_ENTRY(paged_attention_fwd_sm90_ws, 128, false, 2, false, 2)
+// 192-key tiles (four stages), setmaxnreg, 1-tile copy lag.
+WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, 1, false, 2)
 // paged_attention_fwd_sm90_ws reading a q/k/v GEMM's output (WsLayout): DINO's frame-local
 // attention, whose q/k/v need no norm or rotation, without the split kernel.
-WS_ENTRY(paged_attention_fwd_sm90_ws_qkv, 128, false, 2, true)
+WS_ENTRY(paged_attention_fwd_sm90_ws_qkv, 128, false, 2, true, 2)
+// Four consumer warpgroups (256 query rows), 64-key tiles in twelve stages, setmaxnreg 32/112,
+// 2-tile copy lag: global attention's default.
+WS_ENTRY(paged_attention_fwd_sm90_ws_m256, 64, true, 2, false, 4)
+

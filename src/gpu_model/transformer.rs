@@ -133,10 +133,10 @@ pub struct AttentionSetup {
 
 impl AttentionSetup {
     /// Key splits for `lq` queries, as the bench chooses them (`choose_splits`): one for the
-    /// warp-specialised kernels at 1005 queries x 16 heads (128 CTAs already fill 132 SMs),
-    /// two for mma.sync (two CTAs per SM). The key count is not known when a graph is captured
-    /// (it lives on the device), so it does not bound the choice; `MAX_SPLITS` does (the
-    /// workspace's size).
+    /// 128-row warp-specialised kernels at 1005 queries x 16 heads (128 CTAs already fill 132
+    /// SMs), two for the 256-row one (64 CTAs a split) and for mma.sync (two CTAs per SM). The
+    /// key count is not known when a graph is captured (it lives on the device), so it does not
+    /// bound the choice; `MAX_SPLITS` does (the workspace's size).
     fn splits(&self, lq: usize, heads: usize) -> usize {
         let q_tiles = lq.div_ceil(self.kernel.block_m());
         choose_splits(
@@ -422,6 +422,8 @@ mod tests {
         // One steady-state frame: 1005 queries x 16 heads on 132 SMs.
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 1005, 16), 1);
         assert_eq!(splits(AttentionKernel::WgmmaWs, 1005, 16), 1);
+        // 256-row tiles: 1005 queries x 16 heads are 64 CTAs, two splits 128.
+        assert_eq!(splits(AttentionKernel::WgmmaWsM256, 1005, 16), 2);
         // Two CTAs per SM: 128 CTAs fill 264 slots twice with 2 splits.
         assert_eq!(splits(AttentionKernel::MmaSync, 1005, 16), 2);
         // Phase 1 (8 frames of 1005 tokens): many waves already, no split.

@@ -19,8 +19,9 @@ pub const BLOCK_N: usize = 64;
 const KV_TILE_BYTES: usize = BLOCK_N * HEAD_DIM * 2;
 /// Slack to align wgmma tiles to the 1024-byte swizzle atom.
 const ALIGN_SLACK: usize = 1024;
-/// K/V ring depth of the warp-specialised kernel (`WS_STAGES` in its source).
-const WS_STAGES: usize = 6;
+/// K/V ring of the warp-specialised kernels (`Ws<BN>` in their source): 192 KB of K and V tiles
+/// in every variant.
+const WS_RING_BYTES: usize = 6 * 2 * 2 * KV_TILE_BYTES;
 
 /// How each kernel is launched (its name, entry point and source come from `table`).
 impl AttentionKernel {
@@ -28,13 +29,28 @@ impl AttentionKernel {
         !matches!(self, Self::MmaSync)
     }
 
+    fn four_consumers(self) -> bool {
+        matches!(self, Self::WgmmaWsM256)
+    }
+
     /// Query rows per CTA.
     pub fn block_m(self) -> usize {
-        128
+        if self.four_consumers() { 256 } else { 128 }
     }
 
     fn threads(self) -> u32 {
-        if self.warp_specialised() { 384 } else { 128 }
+        if !self.warp_specialised() {
+            128
+        } else if self.four_consumers() {
+            640
+        } else {
+            384
+        }
+    }
+
+    /// Stages of the K/V ring (the number of full and of empty mbarriers).
+    fn ws_stages(self) -> usize {
+        if self.four_consumers() { 12 } else { 6 }
     }
 
     /// CTAs resident per SM: the kernels' __launch_bounds__ minimum, which their registers and
@@ -50,9 +66,10 @@ impl AttentionKernel {
             Self::MmaSync => q + 2 * 2 * KV_TILE_BYTES,
             // Six stages of 128-key K and V tiles and a full and an empty mbarrier per stage
             // (209 KB: one CTA per SM); the 192-key kernel's four stages take the same ring bytes
-            // and fewer barriers.
-            Self::WgmmaWs | Self::WgmmaWsN192 => {
-                q + WS_STAGES * 2 * 2 * KV_TILE_BYTES + ALIGN_SLACK + WS_STAGES * 2 * 8
+            // and fewer barriers; the four-consumer kernel's twelve 64-key stages the same ring
+            // and a 32 KB Q tile (225 KB).
+            Self::WgmmaWs | Self::WgmmaWsN192 | Self::WgmmaWsM256 => {
+                q + WS_RING_BYTES + ALIGN_SLACK + self.ws_stages() * 2 * 8
             }
         };
         bytes as u32
@@ -67,11 +84,11 @@ impl AttentionKernel {
             .collect()
     }
 
-    /// The kernel used by default: the warp-specialised wgmma kernel with 192-key tiles on Hopper
-    /// (H200, two benches in one run, 72/72: 0.717 and 0.714 ms against WgmmaWs's 0.729; 72/10000:
-    /// 1.311 and 1.309 against 1.321), else mma.sync.
+    /// The kernel used by default: the four-consumer wgmma kernel on Hopper (H200, one call,
+    /// 72/72: 0.671 ms against WgmmaWsN192's 0.703; 72/10000: 1.197 against 1.271; whole model
+    /// 23.73-23.86 ms a frame against 24.39-24.54), else mma.sync.
     pub fn best_for(dev: &CudaDevice) -> Self {
-        [Self::WgmmaWsN192]
+        [Self::WgmmaWsM256]
             .into_iter()
             .find(|k| dev.kernels.has(k.entry()))
             .unwrap_or(Self::MmaSync)

@@ -52,8 +52,13 @@ attention_kernels! {
     /// tensor cores (ping-pong); one CTA of 384 threads per SM. Frame-local attention's default.
     WgmmaWs: name "ws", entry "paged_attention_fwd_sm90_ws", source "paged_attention_sm90_ws";
     /// [`Self::WgmmaWs`] with 192-key tiles (four stages), `setmaxnreg` (producer 40 registers,
-    /// consumers 232) and a 1-tile copy lag. Global attention's default.
+    /// consumers 232) and a 1-tile copy lag.
     WgmmaWsN192: name "ws-n192", entry "paged_attention_fwd_sm90_ws_n192", source "paged_attention_sm90_ws";
+    /// Four consumer warpgroups (256 query rows a CTA, 640 threads, `setmaxnreg` 32/112) over
+    /// 64-key tiles in twelve stages: more warps per SM sub-partition to hide the softmax's
+    /// latency; 1005 queries are four query tiles, so two key splits fill the GPU. Global
+    /// attention's default.
+    WgmmaWsM256: name "ws-m256", entry "paged_attention_fwd_sm90_ws_m256", source "paged_attention_sm90_ws";
 }
 
 impl AttentionKernel {
