@@ -29,28 +29,39 @@ impl AttentionKernel {
         !matches!(self, Self::MmaSync)
     }
 
-    fn four_consumers(self) -> bool {
-        matches!(self, Self::WgmmaWsM256)
+    /// Consumer warpgroups of a warp-specialised CTA, 64 query rows each (`NC` of its
+    /// `WS_ENTRY`); the portable kernel's 4 warps cover 128 rows too.
+    fn consumers(self) -> usize {
+        if self == Self::WgmmaWsM256 { 4 } else { 2 }
+    }
+
+    /// Keys per K/V tile (`BN` of the warp-specialised kernels' `WS_ENTRY`).
+    fn key_tile(self) -> usize {
+        match self {
+            Self::MmaSync => BLOCK_N,
+            Self::WgmmaWsM256 => 64,
+            Self::WgmmaWs => 128,
+            Self::WgmmaWsN192 => 192,
+        }
     }
 
     /// Query rows per CTA.
     pub fn block_m(self) -> usize {
-        if self.four_consumers() { 256 } else { 128 }
+        self.consumers() * 64
     }
 
     fn threads(self) -> u32 {
-        if !self.warp_specialised() {
-            128
-        } else if self.four_consumers() {
-            640
+        if self.warp_specialised() {
+            (self.consumers() as u32 + 1) * 128
         } else {
-            384
+            128
         }
     }
 
-    /// Stages of the K/V ring (the number of full and of empty mbarriers).
+    /// Stages of the K/V ring, each with a full and an empty mbarrier (`Ws<BN>::STAGES`: the
+    /// ring holds the same bytes whatever the tile).
     fn ws_stages(self) -> usize {
-        if self.four_consumers() { 12 } else { 6 }
+        WS_RING_BYTES / (2 * self.key_tile() * HEAD_DIM * 2)
     }
 
     /// CTAs resident per SM: the kernels' __launch_bounds__ minimum, which their registers and
@@ -64,10 +75,9 @@ impl AttentionKernel {
         let bytes = match self {
             // Two stages of a K and a V tile.
             Self::MmaSync => q + 2 * 2 * KV_TILE_BYTES,
-            // Six stages of 128-key K and V tiles and a full and an empty mbarrier per stage
-            // (209 KB: one CTA per SM); the 192-key kernel's four stages take the same ring bytes
-            // and fewer barriers; the four-consumer kernel's twelve 64-key stages the same ring
-            // and a 32 KB Q tile (225 KB).
+            // The ring (six stages of 128-key K and V tiles, four of 192, twelve of 64) and a
+            // full and an empty mbarrier per stage: 209 KB with two consumers' Q, 225 KB with
+            // four's (one CTA per SM).
             Self::WgmmaWs | Self::WgmmaWsN192 | Self::WgmmaWsM256 => {
                 q + WS_RING_BYTES + ALIGN_SLACK + self.ws_stages() * 2 * 8
             }
@@ -503,6 +513,47 @@ mod tests {
             );
             // The wgmma kernels are built for sm_90a alone, the portable one everywhere.
             assert_eq!(src.hopper_only, kernel.warp_specialised(), "{kernel:?}");
+        }
+    }
+
+    /// The launch shape the host assumes is the one each `WS_ENTRY` line compiles: its key
+    /// tile (the ring's stages, so the shared memory) and its consumer warpgroups (threads and
+    /// query rows).
+    #[test]
+    fn launch_shapes_match_the_kernel_entries() {
+        use crate::backend::cuda::registry::SOURCES;
+        for &kernel in AttentionKernel::ALL.iter().filter(|k| k.warp_specialised()) {
+            let src = SOURCES.iter().find(|s| s.name == kernel.source()).unwrap();
+            let line = src
+                .source
+                .lines()
+                .find(|l| l.starts_with(&format!("WS_ENTRY({},", kernel.entry())))
+                .unwrap_or_else(|| panic!("{kernel:?}: no WS_ENTRY line"));
+            let args: Vec<&str> = line
+                .trim_start_matches("WS_ENTRY(")
+                .trim_end_matches(')')
+                .split(',')
+                .map(str::trim)
+                .collect();
+            // WS_ENTRY(NAME, BN, REGS, LAG, QKV, NC)
+            assert_eq!(args.len(), 6, "{line}");
+            assert_eq!(
+                args[1],
+                kernel.key_tile().to_string(),
+                "{kernel:?}: key tile"
+            );
+            assert_eq!(
+                args[5],
+                kernel.consumers().to_string(),
+                "{kernel:?}: consumers"
+            );
+            let stages = match kernel.key_tile() {
+                64 => 12,
+                128 => 6,
+                _ => 4,
+            };
+            assert_eq!(kernel.ws_stages(), stages, "{kernel:?}: Ws<BN>::STAGES");
+            assert!(kernel.smem_bytes() <= 227 * 1024, "{kernel:?}: over 227 KB");
         }
     }
 
