@@ -76,10 +76,11 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 // ---- The q/k/v split as the q/k/v product's epilogue (entry gemm_bf16_sm90_qkv_m128n192) ----
 // The product's columns are [q | k | v] x heads x 64; a 64-column chunk of the tile is one head
 // of one of them. The tile is staged in shared memory as bf16 with its bias (the values the
-// split kernel reads from the product's output), then each consumer thread takes whole heads of
-// a row: q and k get the qk-norm and RoPE of kernels/transformer.cu's qkv_split_norm_rope (the
-// same formulas and tables, in f32 with one rounding; the norm's sums in another order), q goes
-// to its rows, K and V into the cache pages named by the step's write runs.
+// split kernel reads from the product's output), then each consumer thread takes half a head
+// (32 dims) of a row, the other half in the next lane: q and k get the qk-norm and RoPE of
+// kernels/transformer.cu's qkv_split_norm_rope (the same formulas and tables, in f32 with one
+// rounding; the norm's sums in another order), q goes to its rows, K and V into the cache pages
+// named by the step's write runs.
 // Field for field ops::QkvSplitArgs (src/backend/cuda/ops.rs).
 struct QkvSplitArgs {
     u16* q;
@@ -123,9 +124,9 @@ __device__ __forceinline__ u16* qkv_page_slot(const QkvSplitArgs& p, u32 n, u32 
     return nullptr;
 }
 
-__device__ __forceinline__ void store_head(u16* dst, const float* x) {
+__device__ __forceinline__ void store_half(u16* dst, const float* x) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 4; ++i) {
         uint4 w;
         w.x = pack_bf16x2(x[8 * i + 0], x[8 * i + 1]);
         w.y = pack_bf16x2(x[8 * i + 2], x[8 * i + 3]);
@@ -135,20 +136,31 @@ __device__ __forceinline__ void store_head(u16* dst, const float* x) {
     }
 }
 
-// One head (64 bf16 at `src` in shared memory) of token n: part 0 q, 1 k, 2 v.
-__device__ __forceinline__ void qkv_split_head(const QkvSplitArgs& p, u32 n, u32 part, u32 head,
-                                               const unsigned char* src) {
-    if (part == 2) {
-        u16* dst = qkv_page_slot(p, n, head);
-        if (!dst) return;
-        dst += (u64)p.page_size * p.heads * HEAD_DIM;
+// Sum of 32 values in four independent chains (the dependent adds, not the loads, set the time).
+__device__ __forceinline__ float sum32(const float* v) {
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) *(uint4*)(dst + 8 * i) = *(const uint4*)(src + 16 * i);
+    for (int d = 0; d < 32; ++d) s[d & 3] += v[d];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// Half `hf` (dims 32 hf .. 32 hf + 31) of one head of token n, 32 bf16 at `src` in shared memory;
+// part 0 q, 1 k, 2 v. The two halves of a head are in adjacent lanes (lane ^ 1): the norm's sums
+// are exchanged between them, and both lanes always call this together (`store` false for rows
+// past the product: nothing is written, the shuffles still pair up).
+__device__ __forceinline__ void qkv_split_half(const QkvSplitArgs& p, u32 n, u32 part, u32 head,
+                                               u32 hf, const unsigned char* src, bool store) {
+    u16* slot = store && part != 0 ? qkv_page_slot(p, n, head) : nullptr;
+    if (part == 2) {
+        if (!slot) return;
+        u16* dst = slot + (u64)p.page_size * p.heads * HEAD_DIM + 32 * hf;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) *(uint4*)(dst + 8 * i) = *(const uint4*)(src + 16 * i);
         return;
     }
-    float x[HEAD_DIM];
+    float x[32];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 4; ++i) {
         const uint4 w = *(const uint4*)(src + 16 * i);
         const u32 ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
@@ -158,21 +170,21 @@ __device__ __forceinline__ void qkv_split_head(const QkvSplitArgs& p, u32 n, u32
         }
     }
     if (p.qw) {
-        const float* w = part == 0 ? p.qw : p.kw;
-        const float* b = part == 0 ? p.qb : p.kb;
-        float sum = 0.f;
-#pragma unroll
-        for (int d = 0; d < HEAD_DIM; ++d) sum += x[d];
+        const float* w = (part == 0 ? p.qw : p.kw) + 32 * hf;
+        const float* b = (part == 0 ? p.qb : p.kb) + 32 * hf;
+        float sum = sum32(x);
+        sum += __shfl_xor_sync(FULL_MASK, sum, 1);
         const float mean = sum * (1.f / HEAD_DIM);
-        float sq = 0.f;
 #pragma unroll
-        for (int d = 0; d < HEAD_DIM; ++d) {
-            x[d] -= mean;
-            sq += x[d] * x[d];
-        }
-        const float inv = 1.f / sqrtf(sq * (1.f / HEAD_DIM) + p.eps);
+        for (int d = 0; d < 32; ++d) x[d] -= mean;
+        float sq[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int d = 0; d < HEAD_DIM; ++d) x[d] = x[d] * inv * __ldg(w + d) + __ldg(b + d);
+        for (int d = 0; d < 32; ++d) sq[d & 3] += x[d] * x[d];
+        float var = (sq[0] + sq[1]) + (sq[2] + sq[3]);
+        var += __shfl_xor_sync(FULL_MASK, var, 1);
+        const float inv = 1.f / sqrtf(var * (1.f / HEAD_DIM) + p.eps);
+#pragma unroll
+        for (int d = 0; d < 32; ++d) x[d] = x[d] * inv * __ldg(w + d) + __ldg(b + d);
     }
     if (p.rope_mode != 0) {
         const u32 s = n / p.tokens_per_frame, t = n % p.tokens_per_frame;
@@ -180,26 +192,25 @@ __device__ __forceinline__ void qkv_split_head(const QkvSplitArgs& p, u32 n, u32
         const u32 pp = special ? 0 : t - SPEC_SPECIAL_TOKENS;
         const u32 r = pp / p.grid_w, c = pp % p.grid_w;
         if (p.rope_mode == 1) {
-            // Rotate-half within each 32-dim half (the row's, then the column's): dim j < 16
-            // pairs with j + 16, both at frequency j.
+            // Rotate-half within this 32-dim half (the row's, or the column's): dim j < 16 pairs
+            // with j + 16, both at frequency j.
+            const u32 pos = special ? 0 : (hf == 0 ? r + 1 : c + 1);
+            const float2* cs = p.table2d + (u64)pos * SPEC_ROPE2D_FREQS;
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const u32 pos = special ? 0 : (half == 0 ? r + 1 : c + 1);
-                const float2* cs = p.table2d + (u64)pos * SPEC_ROPE2D_FREQS;
-#pragma unroll
-                for (int j = 0; j < SPEC_ROPE2D_FREQS; ++j) {
-                    const float2 e = __ldg(cs + j);
-                    const float a = x[32 * half + j], b = x[32 * half + j + 16];
-                    x[32 * half + j] = a * e.x - b * e.y;
-                    x[32 * half + j + 16] = b * e.x + a * e.y;
-                }
+            for (int j = 0; j < SPEC_ROPE2D_FREQS; ++j) {
+                const float2 e = __ldg(cs + j);
+                const float a = x[j], b = x[j + 16];
+                x[j] = a * e.x - b * e.y;
+                x[j + 16] = b * e.x + a * e.y;
             }
         } else {
-            // Interleaved pairs: 0-9 by the frame, 10-20 by the row, 21-31 by the column.
+            // Interleaved pairs: 0-9 by the frame, 10-20 by the row, 21-31 by the column; this
+            // half holds pairs 16 hf .. 16 hf + 15.
             const u32 f = *p.frame_base + s;
             const bool in_table = f < p.max_frame;
 #pragma unroll
-            for (int i = 0; i < HEAD_DIM / 2; ++i) {
+            for (int k = 0; k < 16; ++k) {
+                const u32 i = 16 * hf + k;
                 float2 e;
                 if (i < SPEC_ROPE3D_T_PAIRS) {
                     e = __ldg(p.table_t + (u64)(in_table ? f : 0) * SPEC_ROPE3D_T_PAIRS + i);
@@ -213,14 +224,15 @@ __device__ __forceinline__ void qkv_split_head(const QkvSplitArgs& p, u32 n, u32
                 }
                 // A frame past the table poisons the whole head (as the split kernel does).
                 if (!in_table) e.x = __int_as_float(0x7fc00000);
-                const float a = x[2 * i], b = x[2 * i + 1];
-                x[2 * i] = a * e.x - b * e.y;
-                x[2 * i + 1] = a * e.y + b * e.x;
+                const float a = x[2 * k], b = x[2 * k + 1];
+                x[2 * k] = a * e.x - b * e.y;
+                x[2 * k + 1] = a * e.y + b * e.x;
             }
         }
     }
-    u16* dst = part == 0 ? p.q + ((u64)n * p.heads + head) * HEAD_DIM : qkv_page_slot(p, n, head);
-    if (dst) store_head(dst, x);
+    if (!store) return;
+    u16* dst = part == 0 ? p.q + ((u64)n * p.heads + head) * HEAD_DIM : slot;
+    if (dst) store_half(dst + 32 * hf, x);
 }
 
 template <int BN, int NC, bool QKV>
@@ -328,13 +340,18 @@ __device__ __forceinline__ void gemm_body(const TmaDesc* a_map, const TmaDesc* b
             // Every consumer's rows are staged; each thread takes whole heads of a row.
             named_sync(1, NC * 128);
             const u32 C = split->heads * HEAD_DIM;
-            constexpr u32 HEADS_IN_TILE = BN / HEAD_DIM;
-            for (u32 i = tid - 128; i < T::BM * HEADS_IN_TILE; i += NC * 128) {
-                const u32 r = i % T::BM, hc = i / T::BM;
+            constexpr u32 HALVES = T::BM * (BN / HEAD_DIM) * 2;
+            // Every thread takes the same number of halves, so that paired lanes meet at the
+            // norm's shuffles; a warp's 16 pairs are consecutive rows of one head chunk, so q,
+            // k or v is the same across the warp (the full-mask shuffles see every lane).
+            static_assert(HALVES % (NC * 128) == 0, "whole rounds of half-heads");
+            for (u32 i = tid - 128; i < HALVES; i += NC * 128) {
+                const u32 hf = i & 1, rest = i >> 1;
+                const u32 r = rest % T::BM, hc = rest / T::BM;
                 const u32 row = m0 + r;
-                if (row >= m) continue;
                 const u32 col = n0 + hc * HEAD_DIM;
-                qkv_split_head(*split, row, col / C, (col % C) / HEAD_DIM, smem + r * PITCH + hc * HEAD_DIM * 2);
+                qkv_split_half(*split, row, col / C, (col % C) / HEAD_DIM, hf,
+                               smem + r * PITCH + hc * HEAD_DIM * 2 + hf * 64, row < m);
             }
             return;
         }
