@@ -110,20 +110,6 @@ struct QkvSplitArgs {
 
 static_assert(HEAD_DIM == 64, "the fused q/k/v epilogue takes 64-wide heads");
 
-// Head `head` of token `n` in the pages (K; V is page_size * heads * 64 further), or null when
-// no write run holds the token.
-__device__ __forceinline__ u16* qkv_page_slot(const QkvSplitArgs& p, u32 n, u32 head) {
-    const u32 n_runs = __ldg(p.n_runs);
-    for (u32 r = 0; r < n_runs; ++r) {
-        const u32 first = __ldg(p.runs + 4 * r), len = __ldg(p.runs + 4 * r + 3);
-        if (n < first || n >= first + len) continue;
-        const u32 page = __ldg(p.runs + 4 * r + 1), slot = __ldg(p.runs + 4 * r + 2);
-        const u64 v_offset = (u64)p.page_size * p.heads * HEAD_DIM;
-        return p.pool + (u64)page * 2 * v_offset + ((u64)head * p.page_size + slot + n - first) * HEAD_DIM;
-    }
-    return nullptr;
-}
-
 __device__ __forceinline__ void store_half(u16* dst, const float* x) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -144,15 +130,90 @@ __device__ __forceinline__ float sum32(const float* v) {
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-// Half `hf` (dims 32 hf .. 32 hf + 31) of one head of token n, 32 bf16 at `src` in shared memory;
-// part 0 q, 1 k, 2 v. The two halves of a head are in adjacent lanes (lane ^ 1): the norm's sums
-// are exchanged between them, and both lanes always call this together (`store` false for rows
-// past the product: nothing is written, the shuffles still pair up).
-__device__ __forceinline__ void qkv_split_half(const QkvSplitArgs& p, u32 n, u32 part, u32 head,
-                                               u32 hf, const unsigned char* src, bool store) {
-    u16* slot = store && part != 0 ? qkv_page_slot(p, n, head) : nullptr;
+// What the epilogue needs of each of the tile's rows besides the product, prepared in shared
+// memory by the consumers before their first slice arrives, so that the epilogue reads no
+// global memory (its dependent loads, not its arithmetic, made it as slow as the split kernel):
+// per row its K slot (the page address of head 0, or null when no write run holds the token)
+// and the RoPE (cos, sin) of its 32 pairs; the qk-norm's weights once.
+struct QkvRowPrep {
+    u16* slot[128];
+    float2 rope[128][HEAD_DIM / 2];  // 2D: 16 for the row's half, then 16 for the column's
+    float norm[4][HEAD_DIM];         // q weight, q bias, k weight, k bias
+};
+
+// Thread t (0 .. 255) of the consumers: row t, or (t >= 128) two of the norm's 256 values.
+__device__ __forceinline__ void qkv_prepare_rows(const QkvSplitArgs& p, QkvRowPrep* prep, u32 m0,
+                                                 u32 m, u32 t) {
+    if (t >= 128) {
+        if (p.qw) {
+            for (u32 i = t - 128; i < 4 * HEAD_DIM; i += 128) {
+                const float* src = i < HEAD_DIM ? p.qw : i < 2 * HEAD_DIM ? p.qb : i < 3 * HEAD_DIM ? p.kw : p.kb;
+                prep->norm[i / HEAD_DIM][i % HEAD_DIM] = __ldg(src + i % HEAD_DIM);
+            }
+        }
+        return;
+    }
+    const u32 n_runs = __ldg(p.n_runs);
+    const u32 f0 = p.rope_mode == 2 ? *p.frame_base : 0;
+    {
+        const u32 r = t;
+        const u32 n = m0 + r;
+        u16* slot = nullptr;
+        for (u32 k = 0; k < n_runs && n < m; ++k) {
+            const u32 first = __ldg(p.runs + 4 * k), len = __ldg(p.runs + 4 * k + 3);
+            if (n < first || n >= first + len) continue;
+            const u32 page = __ldg(p.runs + 4 * k + 1), s = __ldg(p.runs + 4 * k + 2);
+            const u64 v_offset = (u64)p.page_size * p.heads * HEAD_DIM;
+            slot = p.pool + (u64)page * 2 * v_offset + (u64)(s + n - first) * HEAD_DIM;
+            break;
+        }
+        prep->slot[r] = slot;
+        if (p.rope_mode == 0) return;
+        const u32 s = n / p.tokens_per_frame, tk = n % p.tokens_per_frame;
+        const bool special = tk < SPEC_SPECIAL_TOKENS;
+        const u32 pp = special ? 0 : tk - SPEC_SPECIAL_TOKENS;
+        const u32 pr = pp / p.grid_w, pc = pp % p.grid_w;
+        if (p.rope_mode == 1) {
+            for (u32 hf = 0; hf < 2; ++hf) {
+                const u32 pos = special ? 0 : (hf == 0 ? pr + 1 : pc + 1);
+                for (u32 j = 0; j < SPEC_ROPE2D_FREQS; ++j)
+                    prep->rope[r][16 * hf + j] = __ldg(p.table2d + (u64)pos * SPEC_ROPE2D_FREQS + j);
+            }
+        } else {
+            const u32 f = f0 + s;
+            const bool in_table = f < p.max_frame;
+            for (u32 i = 0; i < HEAD_DIM / 2; ++i) {
+                float2 e;
+                if (i < SPEC_ROPE3D_T_PAIRS) {
+                    e = __ldg(p.table_t + (u64)(in_table ? f : 0) * SPEC_ROPE3D_T_PAIRS + i);
+                } else if (i < SPEC_ROPE3D_T_PAIRS + SPEC_ROPE3D_HW_PAIRS) {
+                    const u32 ph = special ? tk : SPEC_SPECIAL_TOKENS + pr;
+                    e = __ldg(p.table_h + (u64)ph * SPEC_ROPE3D_HW_PAIRS + (i - SPEC_ROPE3D_T_PAIRS));
+                } else {
+                    const u32 pw = special ? tk : SPEC_SPECIAL_TOKENS + pc;
+                    e = __ldg(p.table_w + (u64)pw * SPEC_ROPE3D_HW_PAIRS +
+                              (i - SPEC_ROPE3D_T_PAIRS - SPEC_ROPE3D_HW_PAIRS));
+                }
+                // A frame past the table poisons the whole head (as the split kernel does).
+                if (!in_table) e.x = __int_as_float(0x7fc00000);
+                prep->rope[r][i] = e;
+            }
+        }
+    }
+}
+
+// Half `hf` (dims 32 hf .. 32 hf + 31) of head `head` of tile row r (token n), 32 bf16 at `src`
+// in shared memory; part 0 q, 1 k, 2 v. The two halves of a head are in adjacent lanes
+// (lane ^ 1): the norm's sums are exchanged between them, and both lanes always call this
+// together (`store` false for rows past the product: nothing is written, the shuffles still
+// pair up).
+__device__ __forceinline__ void qkv_split_half(const QkvSplitArgs& p, const QkvRowPrep* prep, u32 r,
+                                               u32 n, u32 part, u32 head, u32 hf,
+                                               const unsigned char* src, bool store) {
+    u16* slot = prep->slot[r];
+    if (slot) slot += (u64)head * p.page_size * HEAD_DIM;
     if (part == 2) {
-        if (!slot) return;
+        if (!slot || !store) return;
         u16* dst = slot + (u64)p.page_size * p.heads * HEAD_DIM + 32 * hf;
 #pragma unroll
         for (int i = 0; i < 4; ++i) *(uint4*)(dst + 8 * i) = *(const uint4*)(src + 16 * i);
@@ -170,8 +231,8 @@ __device__ __forceinline__ void qkv_split_half(const QkvSplitArgs& p, u32 n, u32
         }
     }
     if (p.qw) {
-        const float* w = (part == 0 ? p.qw : p.kw) + 32 * hf;
-        const float* b = (part == 0 ? p.qb : p.kb) + 32 * hf;
+        const float* w = prep->norm[2 * part] + 32 * hf;
+        const float* b = prep->norm[2 * part + 1] + 32 * hf;
         float sum = sum32(x);
         sum += __shfl_xor_sync(FULL_MASK, sum, 1);
         const float mean = sum * (1.f / HEAD_DIM);
@@ -184,50 +245,27 @@ __device__ __forceinline__ void qkv_split_half(const QkvSplitArgs& p, u32 n, u32
         var += __shfl_xor_sync(FULL_MASK, var, 1);
         const float inv = 1.f / sqrtf(var * (1.f / HEAD_DIM) + p.eps);
 #pragma unroll
-        for (int d = 0; d < 32; ++d) x[d] = x[d] * inv * __ldg(w + d) + __ldg(b + d);
+        for (int d = 0; d < 32; ++d) x[d] = x[d] * inv * w[d] + b[d];
     }
-    if (p.rope_mode != 0) {
-        const u32 s = n / p.tokens_per_frame, t = n % p.tokens_per_frame;
-        const bool special = t < SPEC_SPECIAL_TOKENS;
-        const u32 pp = special ? 0 : t - SPEC_SPECIAL_TOKENS;
-        const u32 r = pp / p.grid_w, c = pp % p.grid_w;
-        if (p.rope_mode == 1) {
-            // Rotate-half within this 32-dim half (the row's, or the column's): dim j < 16 pairs
-            // with j + 16, both at frequency j.
-            const u32 pos = special ? 0 : (hf == 0 ? r + 1 : c + 1);
-            const float2* cs = p.table2d + (u64)pos * SPEC_ROPE2D_FREQS;
+    const float2* cs = prep->rope[r] + 16 * hf;
+    if (p.rope_mode == 1) {
+        // Rotate-half within this 32-dim half (the row's, or the column's): dim j < 16 pairs
+        // with j + 16, both at frequency j.
 #pragma unroll
-            for (int j = 0; j < SPEC_ROPE2D_FREQS; ++j) {
-                const float2 e = __ldg(cs + j);
-                const float a = x[j], b = x[j + 16];
-                x[j] = a * e.x - b * e.y;
-                x[j + 16] = b * e.x + a * e.y;
-            }
-        } else {
-            // Interleaved pairs: 0-9 by the frame, 10-20 by the row, 21-31 by the column; this
-            // half holds pairs 16 hf .. 16 hf + 15.
-            const u32 f = *p.frame_base + s;
-            const bool in_table = f < p.max_frame;
+        for (int j = 0; j < SPEC_ROPE2D_FREQS; ++j) {
+            const float2 e = cs[j];
+            const float a = x[j], b = x[j + 16];
+            x[j] = a * e.x - b * e.y;
+            x[j + 16] = b * e.x + a * e.y;
+        }
+    } else if (p.rope_mode == 2) {
+        // Interleaved pairs: this half holds pairs 16 hf .. 16 hf + 15.
 #pragma unroll
-            for (int k = 0; k < 16; ++k) {
-                const u32 i = 16 * hf + k;
-                float2 e;
-                if (i < SPEC_ROPE3D_T_PAIRS) {
-                    e = __ldg(p.table_t + (u64)(in_table ? f : 0) * SPEC_ROPE3D_T_PAIRS + i);
-                } else if (i < SPEC_ROPE3D_T_PAIRS + SPEC_ROPE3D_HW_PAIRS) {
-                    const u32 ph = special ? t : SPEC_SPECIAL_TOKENS + r;
-                    e = __ldg(p.table_h + (u64)ph * SPEC_ROPE3D_HW_PAIRS + (i - SPEC_ROPE3D_T_PAIRS));
-                } else {
-                    const u32 pw = special ? t : SPEC_SPECIAL_TOKENS + c;
-                    e = __ldg(p.table_w + (u64)pw * SPEC_ROPE3D_HW_PAIRS +
-                              (i - SPEC_ROPE3D_T_PAIRS - SPEC_ROPE3D_HW_PAIRS));
-                }
-                // A frame past the table poisons the whole head (as the split kernel does).
-                if (!in_table) e.x = __int_as_float(0x7fc00000);
-                const float a = x[2 * k], b = x[2 * k + 1];
-                x[2 * k] = a * e.x - b * e.y;
-                x[2 * k + 1] = a * e.y + b * e.x;
-            }
+        for (int k = 0; k < 16; ++k) {
+            const float2 e = cs[k];
+            const float a = x[2 * k], b = x[2 * k + 1];
+            x[2 * k] = a * e.x - b * e.y;
+            x[2 * k + 1] = a * e.y + b * e.x;
         }
     }
     if (!store) return;
@@ -246,6 +284,8 @@ __device__ __forceinline__ void gemm_body(const TmaDesc* a_map, const TmaDesc* b
     const u32 ring = smem_addr(smem);
     const u32 bar_full = ring + T::STAGES * T::STAGE_BYTES;
     const u32 bar_empty = bar_full + T::STAGES * 8;
+    // QKV: the rows' prepared data after the barriers (the host adds its size).
+    QkvRowPrep* prep = (QkvRowPrep*)(smem + T::STAGES * T::STAGE_BYTES + T::STAGES * 16);
 
     const u32 tid = threadIdx.x;
     const u32 role = tid >> 7;  // 0 producer, 1 .. NC consumers
@@ -280,6 +320,12 @@ __device__ __forceinline__ void gemm_body(const TmaDesc* a_map, const TmaDesc* b
     }
     if constexpr (NC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
     const u32 c = role - 1;
+    if constexpr (QKV) {
+        // While the first slices are on their way: the rows' data for the epilogue (read after
+        // the consumers' barrier that follows the products).
+        static_assert(T::BM == 128 && NC == 2, "the row preparation is written for 128 rows, 256 threads");
+        qkv_prepare_rows(*split, prep, m0, m, tid - 128);
+    }
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
@@ -337,7 +383,7 @@ __device__ __forceinline__ void gemm_body(const TmaDesc* a_map, const TmaDesc* b
             }
         }
         if constexpr (QKV) {
-            // Every consumer's rows are staged; each thread takes whole heads of a row.
+            // Every consumer's rows are staged.
             named_sync(1, NC * 128);
             const u32 C = split->heads * HEAD_DIM;
             constexpr u32 HALVES = T::BM * (BN / HEAD_DIM) * 2;
@@ -350,7 +396,7 @@ __device__ __forceinline__ void gemm_body(const TmaDesc* a_map, const TmaDesc* b
                 const u32 r = rest % T::BM, hc = rest / T::BM;
                 const u32 row = m0 + r;
                 const u32 col = n0 + hc * HEAD_DIM;
-                qkv_split_half(*split, row, col / C, (col % C) / HEAD_DIM, hf,
+                qkv_split_half(*split, prep, r, row, col / C, (col % C) / HEAD_DIM, hf,
                                smem + r * PITCH + hc * HEAD_DIM * 2 + hf * 64, row < m);
             }
             return;

@@ -249,6 +249,13 @@ pub fn linear(
 /// The q/k/v product with the split fused into its epilogue (128 x 192 tiles).
 const QKV_SPLIT_ENTRY: &str = "gemm_bf16_sm90_qkv_m128n192";
 const QKV_SPLIT_TILE: GemmTileShape = shape(QKV_SPLIT_ENTRY, 128, 192);
+/// The kernel's `QkvRowPrep` after the ring and barriers: a K slot address and 32 RoPE
+/// (cos, sin) pairs per row of the tile, the qk-norm's four 64-vectors.
+const QKV_ROW_PREP_BYTES: usize = 128 * 8 + 128 * 32 * 8 + 4 * 64 * 4;
+
+fn qkv_split_smem_bytes() -> u32 {
+    QKV_SPLIT_TILE.smem_bytes() + QKV_ROW_PREP_BYTES as u32
+}
 
 /// Whether [`linear_qkv_split`] can take an `m x n x k` q/k/v product on this device: n = 3 k
 /// in whole 192-column tiles (each 64-column head inside one tile) and k in whole slices.
@@ -307,7 +314,7 @@ pub fn linear_qkv_split(
     let f = dev.kernels.get(QKV_SPLIT_ENTRY)?;
     f.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        shape.smem_bytes() as i32,
+        qkv_split_smem_bytes() as i32,
     )?;
     let cfg = LaunchConfig {
         grid_dim: (
@@ -316,7 +323,7 @@ pub fn linear_qkv_split(
             1,
         ),
         block_dim: (shape.threads(), 1, 1),
-        shared_mem_bytes: shape.smem_bytes(),
+        shared_mem_bytes: qkv_split_smem_bytes(),
     };
     let (bias_a, m32, n32, k32) = (bias.addr(), m as u32, n as u32, k as u32);
     let mut b = dev.stream.launch_builder(f);
@@ -351,6 +358,7 @@ mod tests {
             let line = format!("GEMM_ENTRY({}, {}, {})", s.entry(), s.cols(), s.rows() / 64);
             assert!(src.contains(&line), "kernels/gemm_sm90.cu lacks `{line}`");
         }
+        assert!(qkv_split_smem_bytes() <= 227 * 1024);
         // The fused q/k/v entry instantiates the body with the same tile.
         assert!(src.contains(&format!(
             "void __launch_bounds__(384, 1) {QKV_SPLIT_ENTRY}("
