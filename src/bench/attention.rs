@@ -157,16 +157,6 @@ fn time_runs(
 }
 
 fn fill_random(dev: &CudaDevice, buf: &mut CudaSlice<bf16>, seed: u64) -> Result<(), CudaError> {
-    fill_random_scaled(dev, buf, seed, DATA_SCALE)
-}
-
-/// `buf` filled with uniform values in `[-scale, scale)` (kernels/util.cu: reproducible per seed).
-pub(super) fn fill_random_scaled(
-    dev: &CudaDevice,
-    buf: &mut CudaSlice<bf16>,
-    seed: u64,
-    scale: f32,
-) -> Result<(), CudaError> {
     let f = dev.kernels.get("fill_random_bf16")?;
     let n = buf.len() as u64;
     let cfg = LaunchConfig {
@@ -175,7 +165,7 @@ pub(super) fn fill_random_scaled(
         shared_mem_bytes: 0,
     };
     let mut b = dev.stream.launch_builder(f);
-    b.arg(&mut *buf).arg(&n).arg(&seed).arg(&scale);
+    b.arg(&mut *buf).arg(&n).arg(&seed).arg(&DATA_SCALE);
     // SAFETY: arguments match fill_random_bf16; n is the buffer's length.
     unsafe { b.launch(cfg) }?;
     Ok(())

@@ -141,7 +141,7 @@ pub struct E2eReport {
     pub frames: Vec<FrameTime>,
 }
 
-/// One GEMM shape whose algorithm (cuBLASLt's or our kernel's) was chosen by timing.
+/// One GEMM shape whose cuBLASLt algorithm was chosen by timing.
 #[derive(Debug, Serialize)]
 pub struct GemmChoice {
     pub m: usize,
@@ -152,9 +152,6 @@ pub struct GemmChoice {
     pub first_guess_ms: f64,
     pub chosen_ms: f64,
     pub chosen: usize,
-    /// `cuBLASLt #i` or our Hopper kernel's `wgmma mRnC`.
-    pub chosen_kernel: String,
-    pub best_cublaslt_ms: f64,
 }
 
 /// The value at fraction `p` of an ascending list (nearest rank); NaN for an empty list.
@@ -429,8 +426,6 @@ pub fn run_e2e(
                 first_guess_ms: t.first_ms,
                 chosen_ms: t.chosen_ms,
                 chosen: t.chosen,
-                chosen_kernel: t.chosen_kernel,
-                best_cublaslt_ms: t.best_cublaslt_ms,
             })
             .collect(),
         frames,

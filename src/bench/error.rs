@@ -15,10 +15,6 @@ pub enum BenchError {
     E2eNeedsGpu(#[source] CudaError),
     #[error("bench e2e needs a CUDA GPU: {0}")]
     E2eLoad(#[source] ModelError),
-    #[error("`bench gemm` needs a CUDA GPU: {0}")]
-    GemmNeedsGpu(#[source] CudaError),
-    #[error("GEMM shape `{0}` is not MxNxK (positive sizes; a trailing g adds the GELU)")]
-    GemmShape(String),
     #[error("the {kernel:?} kernel needs a Hopper GPU (sm_90); this is sm_{arch}")]
     KernelNeedsHopper { kernel: AttentionKernel, arch: u32 },
     #[error("case `{0}` is not live/seen")]

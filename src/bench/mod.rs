@@ -5,12 +5,11 @@
 //!   attend), every kernel the GPU has, with the error of each against a host reference.
 //! - [`e2e`]: the whole model on the GPU frame by frame (random weights, synthetic images):
 //!   per-frame wall, GPU and host time, percentiles, a per-stage breakdown and device memory.
-//! - [`gemm`]: every candidate (cuBLASLt's and our Hopper kernel's) for a linear layer's product.
 //!
 //! - [`viewer`]: the window's 3D view offscreen on a headless wgpu device (sprites and the
 //!   compute rasteriser), per-frame GPU time at growing point counts.
 //!
-//! The first three need a CUDA GPU, the viewer bench any wgpu adapter; each says so when there is
+//! The first two need a CUDA GPU, the viewer bench any wgpu adapter; each says so when there is
 //! none. Timings belong here and in `benches/`,
 //! never in tests: a test that asserts a speed fails on a loaded or different machine.
 
@@ -18,7 +17,6 @@ pub mod attention;
 pub mod cases;
 pub mod e2e;
 mod error;
-pub mod gemm;
 pub mod viewer;
 
 pub use error::BenchError;

@@ -3,8 +3,7 @@
 //! `bench attention` times one global-attention layer at the shapes of docs/performance.md
 //! ([`crate::bench::attention`]); `bench e2e` the whole model ([`crate::bench::e2e`]). Both need
 //! a CUDA GPU; without one they say why and fail. `bench viewer` renders the window's 3D view
-//! offscreen on any wgpu adapter ([`crate::bench::viewer`], `super::bench_viewer`). `bench gemm`
-//! times every candidate for a linear layer's product ([`crate::bench::gemm`]).
+//! offscreen on any wgpu adapter ([`crate::bench::viewer`], `super::bench_viewer`).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -24,8 +23,6 @@ pub enum BenchWhat {
     E2e,
     /// The 3D view offscreen on a headless wgpu adapter: sprites and the compute rasteriser.
     Viewer,
-    /// Every candidate for a linear layer's product: cuBLASLt's and our Hopper kernel's.
-    Gemm,
 }
 
 #[derive(Debug, clap::Args)]
@@ -51,10 +48,6 @@ pub struct BenchArgs {
     /// Split counts to sweep on the 72/72 case (comma separated; empty for none).
     #[arg(long, default_value = "1,2,3,4")]
     pub sweep_splits: String,
-    /// gemm: products as MxNxK, comma separated (a trailing g adds the GELU); default a
-    /// frame's four block products (1005 tokens).
-    #[arg(long)]
-    pub shapes: Option<String>,
     /// Query rows checked against the host reference per case.
     #[arg(long, default_value_t = 24)]
     pub check_rows: usize,
@@ -96,10 +89,6 @@ pub struct BenchArgs {
     /// e2e: take cuBLASLt's first guess for every GEMM shape instead of timing its candidates.
     #[arg(long)]
     pub gemm_heuristic: bool,
-    /// e2e: cuBLASLt alone (its candidates timed) for every product, and the q/k/v split as a
-    /// kernel of its own: without our Hopper GEMM, to compare with.
-    #[arg(long, conflicts_with = "gemm_heuristic")]
-    pub gemm_cublaslt_only: bool,
     /// e2e: calls queued before the oldest is waited for: 2 as `run` and `view` drive the model
     /// (the next frame's images and DINO overlap this frame's work), 1 one frame at a time (as
     /// the reference's profiler runs).
@@ -145,7 +134,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchWhat::Attention => attention(&args),
         BenchWhat::E2e => super::bench_e2e::run(&args),
         BenchWhat::Viewer => super::bench_viewer::run(&args),
-        BenchWhat::Gemm => super::bench_gemm::run(&args),
     }
 }
 

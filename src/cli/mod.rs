@@ -5,7 +5,6 @@
 pub mod backend_choice;
 pub mod bench;
 pub mod bench_e2e;
-pub mod bench_gemm;
 pub mod bench_viewer;
 pub mod cache_sim;
 pub mod export;

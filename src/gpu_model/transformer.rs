@@ -11,7 +11,6 @@ use crate::backend::cuda::attention::{
     has_frame_attention_from_qkv, paged_attention_raw,
 };
 use crate::backend::cuda::gemm::{Epilogue, Gemm};
-use crate::backend::cuda::gemm_sm90;
 use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope, RowCopy};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache};
 
@@ -176,56 +175,6 @@ impl<'a> Chain<'a> {
     }
 }
 
-/// The q/k/v product of the normed rows into `s.qkv` (`[n][q|k|v][heads][64]`).
-fn project_qkv(
-    dev: &CudaDevice,
-    gemm: &mut Gemm,
-    w: &TransformerBlock<Device>,
-    s: &BlockScratch,
-    n: usize,
-) -> Result<(), CudaError> {
-    let c = w.dim;
-    gemm.linear(
-        dev,
-        s.normed,
-        w.qkv.weight_ptr(),
-        w.qkv.bias_ptr(),
-        s.qkv,
-        n,
-        3 * c,
-        c,
-        Epilogue::Bias,
-    )
-}
-
-/// The q/k/v product with the split (qk-norm, RoPE, q into `q`, K/V into `dest`'s pages) as its
-/// epilogue, on Hopper (`gemm_sm90::linear_qkv_split`: the product is never written). False,
-/// with nothing done, where that kernel cannot take the product or `gemm` is to use cuBLASLt
-/// alone: the caller then runs the product and the split kernel.
-#[allow(clippy::too_many_arguments)]
-fn project_qkv_split(
-    dev: &CudaDevice,
-    gemm: &Gemm,
-    w: &TransformerBlock<Device>,
-    s: &BlockScratch,
-    n: usize,
-    q: DevPtr<bf16>,
-    dest: PagedKvDest,
-    norm: Option<QkNorm>,
-    rope: Rope<'_>,
-) -> Result<bool, CudaError> {
-    let c = w.dim;
-    let Some(bias) = w.qkv.bias_ptr() else {
-        return Ok(false);
-    };
-    if !gemm.uses_own_kernels() || !gemm_sm90::fuses_qkv_split(dev, n, 3 * c, c) {
-        return Ok(false);
-    }
-    let args = ops::qkv_split_args(q, dest, n, w.heads, norm, rope)?;
-    gemm_sm90::linear_qkv_split(dev, s.normed, w.qkv.weight_ptr(), bias, n, c, &args)?;
-    Ok(true)
-}
-
 /// Runs block `w` on `x` (`[n][C]` f32, updated in place).
 #[allow(clippy::too_many_arguments)]
 pub fn block_forward(
@@ -271,6 +220,17 @@ pub fn block_forward(
             LnOut::Bf16(s.normed),
         )?;
     }
+    gemm.linear(
+        dev,
+        s.normed,
+        w.qkv.weight_ptr(),
+        w.qkv.bias_ptr(),
+        s.qkv,
+        n,
+        3 * c,
+        c,
+        Epilogue::Bias,
+    )?;
     let norm = match &w.qk_norm {
         Some((qn, kn)) => {
             let missing = || CudaError::Invalid("qk-norm without affine parameters".into());
@@ -299,7 +259,6 @@ pub fn block_forward(
                 && setup.kernel == AttentionKernel::WgmmaWs
                 && has_frame_attention_from_qkv(dev);
             if from_qkv {
-                project_qkv(dev, gemm, w, s, n)?;
                 for f in 0..frames {
                     let table = tables.slice(LOCAL_TABLE_WORDS * f, LOCAL_TABLE_WORDS)?;
                     frame_attention_from_qkv(
@@ -316,46 +275,24 @@ pub fn block_forward(
                 }
             } else {
                 s.kv.check_len(2 * frames * tokens * row, "frame-local K/V scratch")?;
-                let dest = |table: DevPtr<u32>| -> Result<PagedKvDest, CudaError> {
-                    Ok(PagedKvDest {
-                        pool: s.kv.addr(),
-                        runs: table.slice(1, 4)?.addr(),
-                        n_runs: table.slice(0, 1)?.addr(),
-                        page_size: tokens as u32,
-                    })
-                };
-                // One frame (every streaming step): its table names all the rows, so the split
-                // can be the product's epilogue. Several (phase 1) split frame by frame.
-                let fused = frames == 1
-                    && project_qkv_split(
-                        dev,
-                        gemm,
-                        w,
-                        s,
-                        n,
-                        s.q,
-                        dest(tables.slice(0, LOCAL_TABLE_WORDS)?)?,
-                        norm,
-                        rope,
-                    )?;
-                if !fused {
-                    project_qkv(dev, gemm, w, s, n)?;
-                }
                 for f in 0..frames {
                     let rows = f * tokens * row;
                     let table = tables.slice(LOCAL_TABLE_WORDS * f, LOCAL_TABLE_WORDS)?;
-                    if !fused {
-                        ops::qkv_split_norm_rope_to_pages(
-                            dev,
-                            s.qkv.slice(3 * rows, 3 * tokens * row)?,
-                            s.q.slice(rows, tokens * row)?,
-                            dest(table)?,
-                            tokens,
-                            heads,
-                            norm,
-                            rope,
-                        )?;
-                    }
+                    ops::qkv_split_norm_rope_to_pages(
+                        dev,
+                        s.qkv.slice(3 * rows, 3 * tokens * row)?,
+                        s.q.slice(rows, tokens * row)?,
+                        PagedKvDest {
+                            pool: s.kv.addr(),
+                            runs: table.slice(1, 4)?.addr(),
+                            n_runs: table.slice(0, 1)?.addr(),
+                            page_size: tokens as u32,
+                        },
+                        tokens,
+                        heads,
+                        norm,
+                        rope,
+                    )?;
                     let kv = RawPagedKv {
                         pool: s.kv,
                         page_size: tokens as u32,
@@ -384,10 +321,7 @@ pub fn block_forward(
             dense,
         } => {
             let dest = cache.page_writer(layer, n)?;
-            if !project_qkv_split(dev, gemm, w, s, n, s.q, dest, norm, rope)? {
-                project_qkv(dev, gemm, w, s, n)?;
-                ops::qkv_split_norm_rope_to_pages(dev, s.qkv, s.q, dest, n, heads, norm, rope)?;
-            }
+            ops::qkv_split_norm_rope_to_pages(dev, s.qkv, s.q, dest, n, heads, norm, rope)?;
             let kv = match dense {
                 Some(d) => cache.gather_dense_raw(dev, layer, d.kv, d.capacity, d.table)?,
                 None => cache.raw_keys(layer)?,

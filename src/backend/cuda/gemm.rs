@@ -1,7 +1,5 @@
 //! Linear layers on cuBLASLt: `y[m][n] = x[m][k] · w[n][k]ᵀ (+ bias) (GELU)`, row-major, bf16 inputs,
-//! f32 accumulation, with the bias and activation fused into the GEMM's epilogue. On Hopper,
-//! measuring also times our own kernel's tile shapes (`gemm_sm90`) for bf16 products and keeps
-//! whichever candidate is fastest for each shape.
+//! f32 accumulation, with the bias and activation fused into the GEMM's epilogue.
 //!
 //! cuBLASLt is column-major; a row-major `[m][n]` result is the column-major `n × m` matrix, so the
 //! call computes `yᵀ = w · xᵀ` with `w` (row-major `[n][k]`, i.e. column-major `k × n`) transposed.
@@ -20,7 +18,6 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 
 use super::arena::DevPtr;
-use super::gemm_sm90::{self, GemmOperands, GemmTileShape};
 use super::{CudaDevice, CudaError};
 
 /// What the GEMM's epilogue does after the product.
@@ -47,33 +44,15 @@ struct PlanKey {
     out: OutType,
 }
 
-/// What computes one product: a cuBLASLt algorithm, or one of our Hopper kernel's tile shapes.
-#[derive(Clone, Copy)]
-enum Algo {
-    Lt(sys::cublasLtMatmulAlgo_t),
-    Wgmma(GemmTileShape),
-}
-
-impl Algo {
-    /// How the tuning records name it (`position` in the candidate list).
-    fn label(&self, position: usize) -> String {
-        match self {
-            Self::Lt(_) => format!("cuBLASLt #{position}"),
-            Self::Wgmma(shape) => shape.label(),
-        }
-    }
-}
-
 /// Descriptors and the algorithm for one shape.
 struct Plan {
     desc: sys::cublasLtMatmulDesc_t,
     a: sys::cublasLtMatrixLayout_t,
     b: sys::cublasLtMatrixLayout_t,
     c: sys::cublasLtMatrixLayout_t,
-    algo: Algo,
-    /// The heuristic's candidates, best guess first, then (when measuring bf16 products on
-    /// Hopper) our kernel's tile shapes; `algo` is one of them.
-    candidates: Vec<Algo>,
+    algo: sys::cublasLtMatmulAlgo_t,
+    /// The heuristic's candidates, best guess first (`algo` is one of them).
+    candidates: Vec<sys::cublasLtMatmulAlgo_t>,
 }
 
 /// How the algorithm of a new shape is chosen.
@@ -81,24 +60,14 @@ struct Plan {
 pub enum Tuning {
     /// cuBLASLt's first guess.
     Heuristic,
-    /// Time the heuristic's candidates (and, for bf16 products on Hopper, our kernel's tile
-    /// shapes) on the call's own buffers once, keep the fastest. At M = 1005 the first guess is
-    /// often a tile shape that leaves SMs idle.
+    /// Time the heuristic's candidates on the call's own buffers once, keep the fastest. At
+    /// M = 1005 the first guess is often a tile shape that leaves SMs idle.
     Measure,
-    /// `Measure` among cuBLASLt's candidates only, and the q/k/v product apart from its split
-    /// (`bench e2e --gemm-cublaslt-only`: the library alone, to compare with).
-    MeasureCublasLt,
-}
-
-impl Tuning {
-    fn measures(self) -> bool {
-        matches!(self, Self::Measure | Self::MeasureCublasLt)
-    }
 }
 
 /// Candidates asked of the heuristic when measuring.
 const TUNING_CANDIDATES: usize = 16;
-/// Timed launches per candidate (after one untimed), unless set otherwise.
+/// Timed launches per candidate (after one untimed).
 const TUNING_REPS: usize = 5;
 
 /// What measuring chose for one shape.
@@ -112,15 +81,8 @@ pub struct TuneRecord {
     /// Time of the heuristic's first guess and of the chosen one, ms per launch.
     pub first_ms: f64,
     pub chosen_ms: f64,
-    /// Position of the chosen algorithm in the candidate list.
+    /// Position of the chosen algorithm in the heuristic's list.
     pub chosen: usize,
-    /// What the chosen one is: `cuBLASLt #i` or our kernel's `wgmma mRnC`.
-    pub chosen_kernel: String,
-    /// The fastest of cuBLASLt's candidates, ms per launch (for comparison with ours).
-    pub best_cublaslt_ms: f64,
-    /// Every candidate as timed, in list order: its label and ms per launch (infinite when it
-    /// could not run on the call's buffers).
-    pub timings: Vec<(String, f64)>,
 }
 
 impl Drop for Plan {
@@ -164,22 +126,31 @@ fn check_shapes<A, B>(
 /// their side streams): a shape is timed once per process, and two sessions of the same model
 /// run the very same kernels.
 #[derive(Clone, Default)]
-pub struct SharedChoices(Arc<Mutex<HashMap<PlanKey, Algo>>>);
+pub struct SharedChoices(Arc<Mutex<HashMap<PlanKey, sys::cublasLtMatmulAlgo_t>>>);
 
 // SAFETY: a cuBLASLt algorithm is plain data (an opaque array of integers) with no pointers.
 unsafe impl Send for SharedChoices {}
 unsafe impl Sync for SharedChoices {}
 
 impl SharedChoices {
-    fn get(&self, key: &PlanKey) -> Option<Algo> {
+    fn get(&self, key: &PlanKey) -> Option<sys::cublasLtMatmulAlgo_t> {
         self.0.lock().ok().and_then(|m| m.get(key).copied())
     }
 
-    fn put(&self, key: PlanKey, algo: Algo) {
+    fn put(&self, key: PlanKey, algo: sys::cublasLtMatmulAlgo_t) {
         if let Ok(mut m) = self.0.lock() {
             m.insert(key, algo);
         }
     }
+}
+
+/// The device addresses of one product.
+#[derive(Debug, Clone, Copy)]
+struct GemmArgs {
+    x: u64,
+    w: u64,
+    bias: Option<u64>,
+    y: u64,
 }
 
 /// One cuBLASLt handle bound to the device's stream, its workspace and the plan cache.
@@ -188,7 +159,6 @@ pub struct Gemm {
     workspace: CudaSlice<u8>,
     plans: HashMap<PlanKey, Plan>,
     tuning: Tuning,
-    tuning_reps: usize,
     choices: SharedChoices,
     records: Vec<TuneRecord>,
 }
@@ -228,7 +198,6 @@ impl Gemm {
             workspace,
             plans: HashMap::new(),
             tuning: Tuning::Heuristic,
-            tuning_reps: TUNING_REPS,
             choices: SharedChoices::default(),
             records: Vec::new(),
         })
@@ -239,18 +208,6 @@ impl Gemm {
     pub fn set_tuning(&mut self, tuning: Tuning, choices: &SharedChoices) {
         self.tuning = tuning;
         self.choices = choices.clone();
-    }
-
-    /// Timed launches per candidate when measuring (`bench gemm` takes more than the default).
-    pub fn set_tuning_reps(&mut self, reps: usize) {
-        self.tuning_reps = reps.max(1);
-    }
-
-    /// Whether our own Hopper kernels may compute this handle's products: false only for
-    /// [`Tuning::MeasureCublasLt`] (the library alone, to compare with), which also keeps the
-    /// q/k/v product and its split apart (`gemm_sm90::linear_qkv_split`).
-    pub fn uses_own_kernels(&self) -> bool {
-        self.tuning != Tuning::MeasureCublasLt
     }
 
     /// What measuring chose, one record per measured shape.
@@ -349,18 +306,11 @@ impl Gemm {
         }
         if !self.plans.contains_key(&key) {
             let mut plan = self.make_plan(key)?;
-            if self.tuning == Tuning::Measure && key.out == OutType::Bf16 {
-                plan.candidates.extend(
-                    gemm_sm90::shapes_for(dev, key.m, key.n, key.k)
-                        .into_iter()
-                        .map(Algo::Wgmma),
-                );
-            }
-            if self.tuning.measures() {
+            if self.tuning == Tuning::Measure {
                 if let Some(algo) = self.choices.get(&key) {
                     plan.algo = algo;
                 } else if plan.candidates.len() > 1 {
-                    let args = GemmOperands { x, w, bias, y };
+                    let args = GemmArgs { x, w, bias, y };
                     if let Some(record) = self.measure(dev, key, &mut plan, args)? {
                         self.records.push(record);
                         self.choices.put(key, plan.algo);
@@ -370,14 +320,7 @@ impl Gemm {
             self.plans.insert(key, plan);
         }
         let plan = &self.plans[&key];
-        let args = GemmOperands { x, w, bias, y };
-        // The same shape may come with other buffers than the ones it was timed on: where our
-        // kernel cannot take their alignment, the heuristic's first cuBLASLt guess runs it.
-        let algo = match plan.algo {
-            Algo::Wgmma(_) if !gemm_sm90::accepts(&args, key.k) => plan.candidates[0],
-            algo => algo,
-        };
-        self.launch(dev, key, plan, &algo, args)
+        self.launch(dev, key, plan, &plan.algo, GemmArgs { x, w, bias, y })
     }
 
     /// Times every candidate of `plan` on the call's buffers and keeps the fastest in
@@ -388,7 +331,7 @@ impl Gemm {
         dev: &CudaDevice,
         key: PlanKey,
         plan: &mut Plan,
-        args: GemmOperands,
+        args: GemmArgs,
     ) -> Result<Option<TuneRecord>, CudaError> {
         use cudarc::driver::sys::{CUevent_flags, CUstreamCaptureStatus};
         if dev.stream.capture_status()? != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
@@ -419,12 +362,12 @@ impl Gemm {
                 continue;
             }
             start.record(&dev.stream)?;
-            for _ in 0..self.tuning_reps {
+            for _ in 0..TUNING_REPS {
                 self.launch(dev, key, plan, algo, args)?;
             }
             end.record(&dev.stream)?;
             end.synchronize()?;
-            times.push(start.elapsed_ms(&end)? as f64 / self.tuning_reps as f64);
+            times.push(start.elapsed_ms(&end)? as f64 / TUNING_REPS as f64);
         }
         let (chosen, chosen_ms) = times
             .iter()
@@ -436,13 +379,6 @@ impl Gemm {
             return Ok(None);
         }
         plan.algo = plan.candidates[chosen];
-        let best_cublaslt_ms = plan
-            .candidates
-            .iter()
-            .zip(&times)
-            .filter(|(a, _)| matches!(a, Algo::Lt(_)))
-            .map(|(_, &t)| t)
-            .fold(f64::INFINITY, f64::min);
         Ok(Some(TuneRecord {
             m: key.m,
             n: key.n,
@@ -452,15 +388,6 @@ impl Gemm {
             first_ms: times[0],
             chosen_ms,
             chosen,
-            chosen_kernel: plan.algo.label(chosen),
-            best_cublaslt_ms,
-            timings: plan
-                .candidates
-                .iter()
-                .enumerate()
-                .map(|(i, a)| a.label(i))
-                .zip(times)
-                .collect(),
         }))
     }
 
@@ -469,16 +396,10 @@ impl Gemm {
         dev: &CudaDevice,
         key: PlanKey,
         plan: &Plan,
-        algo: &Algo,
-        args: GemmOperands,
+        algo: &sys::cublasLtMatmulAlgo_t,
+        args: GemmArgs,
     ) -> Result<(), CudaError> {
-        let GemmOperands { x, w, bias, y } = args;
-        let algo = match algo {
-            Algo::Lt(algo) => algo,
-            Algo::Wgmma(shape) => {
-                return gemm_sm90::linear(dev, *shape, args, key.m, key.n, key.k, key.epilogue);
-            }
-        };
+        let GemmArgs { x, w, bias, y } = args;
         let alpha = 1.0f32;
         let beta = 0.0f32;
         // SAFETY: the descriptors belong to this plan; pointers were length-checked by the callers;
@@ -547,7 +468,7 @@ impl Gemm {
             b,
             c,
             // SAFETY: plain old data, filled by the heuristic below before any use.
-            algo: Algo::Lt(unsafe { mem::zeroed() }),
+            algo: unsafe { mem::zeroed() },
             candidates: Vec::new(),
         };
         let set = |attr, value: &i32| {
@@ -590,7 +511,7 @@ impl Gemm {
         // SAFETY: descriptors created above; the preference is destroyed right after.
         let wanted = match self.tuning {
             Tuning::Heuristic => 1,
-            Tuning::Measure | Tuning::MeasureCublasLt => TUNING_CANDIDATES,
+            Tuning::Measure => TUNING_CANDIDATES,
         };
         // SAFETY: plain old data, written by the heuristic call.
         let mut results: Vec<sys::cublasLtMatmulHeuristicResult_t> =
@@ -631,7 +552,7 @@ impl Gemm {
             .iter()
             .take(found.max(0) as usize)
             .filter(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
-            .map(|r| Algo::Lt(r.algo))
+            .map(|r| r.algo)
             .collect();
         plan.algo = *plan
             .candidates

@@ -7,8 +7,6 @@
 //! - [`kv`]: the paged K/V pools and the device page table, driven by the host's page plan;
 //!   attention over a cache layer and the dense (concatenating) baseline. It depends on
 //!   [`attention`], never the other way.
-//! - [`gemm`]: linear layers on cuBLASLt, each shape's algorithm timed among its candidates and
-//!   [`gemm_sm90`]'s tile shapes (our Hopper kernel: TMA, warp-specialised wgmma).
 //! - [`small_m`]: the linear layer for a few rows (the camera head's products).
 //! - [`storage`]: the model's weight tree on the device (`GctModel<Device>`) and its placement.
 
@@ -18,7 +16,6 @@ pub mod conv;
 pub mod device;
 mod error;
 pub mod gemm;
-pub mod gemm_sm90;
 pub mod kv;
 pub mod nvrtc;
 pub mod ops;

@@ -11,9 +11,9 @@ use super::CudaError;
 use crate::model::spec;
 
 /// The headers every kernel file may include, by the name it includes them with: the shared
-/// helpers, the mma.sync helpers, the Hopper (wgmma) helpers, and the model's constants rendered
-/// as build.rs renders them for nvcc.
-fn headers() -> [(&'static str, String); 4] {
+/// helpers, the mma.sync helpers, and the model's constants rendered as build.rs renders them
+/// for nvcc.
+fn headers() -> [(&'static str, String); 3] {
     [
         (
             "common.cuh",
@@ -22,10 +22,6 @@ fn headers() -> [(&'static str, String); 4] {
         (
             "mma.cuh",
             include_str!("../../../kernels/mma.cuh").to_owned(),
-        ),
-        (
-            "sm90.cuh",
-            include_str!("../../../kernels/sm90.cuh").to_owned(),
         ),
         ("spec.cuh", spec::cuda_header()),
     ]
@@ -143,13 +139,17 @@ fn c_chars_to_string(raw: &[c_char]) -> String {
 pub fn compile_cached(name: &str, source: &str, target: &str) -> Result<Vec<u8>, CudaError> {
     let (major, minor) = version()?;
     let headers = headers();
-    let version = [major.to_le_bytes(), minor.to_le_bytes()];
-    let options = OPTIONS.join(" ");
     let key = fnv1a64(
-        std::iter::once(source.as_bytes())
-            .chain(headers.iter().map(|(_, text)| text.as_bytes()))
-            .chain([target.as_bytes(), options.as_bytes()])
-            .chain(version.iter().map(|v| v.as_slice())),
+        [
+            source.as_bytes(),
+            headers[0].1.as_bytes(),
+            headers[1].1.as_bytes(),
+            target.as_bytes(),
+            OPTIONS.join(" ").as_bytes(),
+            &major.to_le_bytes(),
+            &minor.to_le_bytes(),
+        ]
+        .into_iter(),
     );
     let path = cache_dir().map(|d| d.join(format!("{name}-{target}-{key:016x}.cubin")));
     if let Some(p) = &path

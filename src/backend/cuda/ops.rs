@@ -673,70 +673,31 @@ pub fn qkv_split_norm_rope_to_pages(
     )
 }
 
-/// Everything the q/k/v split does after the product, validated: where q and K/V go, the
-/// qk-norm and the RoPE tables. The split kernel takes these as its arguments; the Hopper GEMM's
-/// fused q/k/v epilogue (`gemm_sm90::linear_qkv_split`) takes them as one struct, field for
-/// field `QkvSplitArgs` in kernels/gemm_sm90.cu (13 addresses, then 8 32-bit values).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct QkvSplitArgs {
-    pub q: u64,
-    pub k: u64,
-    pub v: u64,
-    pub pool: u64,
-    pub runs: u64,
-    pub n_runs: u64,
-    pub qw: u64,
-    pub qb: u64,
-    pub kw: u64,
-    pub kb: u64,
-    pub axial2d: u64,
-    pub temporal: u64,
-    pub rows: u64,
-    pub cols: u64,
-    pub frame_base: u64,
-    pub heads: u32,
-    pub eps: f32,
-    pub rope_mode: u32,
-    pub tokens_per_frame: u32,
-    pub grid_w: u32,
-    pub max_frame: u32,
-    pub page_size: u32,
-    pub n_tokens: u32,
-}
-
-// SAFETY: plain old data of fixed layout (repr(C)), passed by value as a kernel argument.
-unsafe impl cudarc::driver::DeviceRepr for QkvSplitArgs {}
-
-/// The split's arguments for `n_tokens` tokens of `heads` heads, q into `q`, K/V into the pages
-/// of `dest`; checks q's length and alignment, the norm's weights and the RoPE tables.
-pub fn qkv_split_args(
-    q: DevPtr<bf16>,
-    dest: PagedKvDest,
-    n_tokens: usize,
-    heads: usize,
-    norm: Option<QkNorm>,
-    rope: Rope<'_>,
-) -> Result<QkvSplitArgs, CudaError> {
-    split_args(q, KvDest::Pages(dest), n_tokens, heads, norm, rope)
-}
-
-fn split_args(
+#[allow(clippy::too_many_arguments)]
+fn launch_qkv(
+    dev: &CudaDevice,
+    qkv: DevPtr<bf16>,
     q: DevPtr<bf16>,
     kv: KvDest,
     n_tokens: usize,
     heads: usize,
     norm: Option<QkNorm>,
     rope: Rope<'_>,
-) -> Result<QkvSplitArgs, CudaError> {
+) -> Result<(), CudaError> {
     if heads == 0 {
         return Err(CudaError::Invalid("qkv_split_norm_rope: heads = 0".into()));
     }
     let row = product(heads, HEAD_DIM, "qkv_split_norm_rope heads x 64")?;
     let n = product(n_tokens, row, "qkv_split_norm_rope tokens x heads x 64")?;
+    qkv.check_len(
+        product(n, 3, "qkv_split_norm_rope qkv")?,
+        "qkv_split_norm_rope qkv",
+    )?;
     q.check_len(n, "qkv_split_norm_rope q")?;
     // Each lane moves two bf16 as one 32-bit word.
-    require_aligned(&q, 4, "qkv_split_norm_rope q")?;
+    for (p, what) in [(&qkv, "qkv"), (&q, "q")] {
+        require_aligned(p, 4, &format!("qkv_split_norm_rope {what}"))?;
+    }
     let (qw, qb, kw, kb, eps) = match &norm {
         Some(nm) => {
             nm.q_weight.check_len(HEAD_DIM, "qk-norm q_weight")?;
@@ -754,57 +715,6 @@ fn split_args(
         None => (0, 0, 0, 0, 0.0f32),
     };
     let r = RopeArgs::of(&rope, n_tokens)?;
-    let (k, v, pages) = match kv {
-        KvDest::Rows { k, v } => (k.addr(), v.addr(), None),
-        KvDest::Pages(d) => (0, 0, Some(d)),
-    };
-    let (pool, runs, n_runs, page_size) =
-        pages.map_or((0, 0, 0, 0), |d| (d.pool, d.runs, d.n_runs, d.page_size));
-    Ok(QkvSplitArgs {
-        q: q.addr(),
-        k,
-        v,
-        pool,
-        runs,
-        n_runs,
-        qw,
-        qb,
-        kw,
-        kb,
-        axial2d: r.axial2d,
-        temporal: r.temporal,
-        rows: r.rows,
-        cols: r.cols,
-        frame_base: r.frame_base,
-        heads: to_u32(heads, "qkv_split_norm_rope heads")?,
-        eps,
-        rope_mode: r.mode,
-        tokens_per_frame: r.tokens_per_frame,
-        grid_w: r.grid_w,
-        max_frame: r.max_frame,
-        page_size,
-        n_tokens: to_u32(n_tokens, "qkv_split_norm_rope n_tokens")?,
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn launch_qkv(
-    dev: &CudaDevice,
-    qkv: DevPtr<bf16>,
-    q: DevPtr<bf16>,
-    kv: KvDest,
-    n_tokens: usize,
-    heads: usize,
-    norm: Option<QkNorm>,
-    rope: Rope<'_>,
-) -> Result<(), CudaError> {
-    let a = split_args(q, kv, n_tokens, heads, norm, rope)?;
-    let n = n_tokens * heads * HEAD_DIM;
-    qkv.check_len(
-        product(n, 3, "qkv_split_norm_rope qkv")?,
-        "qkv_split_norm_rope qkv",
-    )?;
-    require_aligned(&qkv, 4, "qkv_split_norm_rope qkv")?;
     let items = product(
         n_tokens,
         heads.div_ceil(QKV_HEADS_PER_WARP),
@@ -822,33 +732,41 @@ fn launch_qkv(
         block_dim: ((QKV_WARPS * 32) as u32, 1, 1),
         shared_mem_bytes: 0,
     };
-    let qkv_a = qkv.addr();
+    let (k_a, v_a, pages) = match kv {
+        KvDest::Rows { k, v } => (k.addr(), v.addr(), None),
+        KvDest::Pages(d) => (0, 0, Some(d)),
+    };
+    let (pool, runs, n_runs, page_size) =
+        pages.map_or((0, 0, 0, 0), |d| (d.pool, d.runs, d.n_runs, d.page_size));
+    let (qkv_a, q_a) = (qkv.addr(), q.addr());
+    let n_u32 = to_u32(n_tokens, "qkv_split_norm_rope n_tokens")?;
+    let heads_u32 = to_u32(heads, "qkv_split_norm_rope heads")?;
     let f = dev.kernels.get("qkv_split_norm_rope")?;
     let mut b = dev.stream.launch_builder(f);
     b.arg(&qkv_a)
-        .arg(&a.q)
-        .arg(&a.k)
-        .arg(&a.v)
-        .arg(&a.n_tokens)
-        .arg(&a.heads)
-        .arg(&a.qw)
-        .arg(&a.qb)
-        .arg(&a.kw)
-        .arg(&a.kb)
-        .arg(&a.eps)
-        .arg(&a.rope_mode)
-        .arg(&a.tokens_per_frame)
-        .arg(&a.grid_w)
-        .arg(&a.axial2d)
-        .arg(&a.temporal)
-        .arg(&a.rows)
-        .arg(&a.cols)
-        .arg(&a.frame_base)
-        .arg(&a.max_frame)
-        .arg(&a.pool)
-        .arg(&a.runs)
-        .arg(&a.n_runs)
-        .arg(&a.page_size);
+        .arg(&q_a)
+        .arg(&k_a)
+        .arg(&v_a)
+        .arg(&n_u32)
+        .arg(&heads_u32)
+        .arg(&qw)
+        .arg(&qb)
+        .arg(&kw)
+        .arg(&kb)
+        .arg(&eps)
+        .arg(&r.mode)
+        .arg(&r.tokens_per_frame)
+        .arg(&r.grid_w)
+        .arg(&r.axial2d)
+        .arg(&r.temporal)
+        .arg(&r.rows)
+        .arg(&r.cols)
+        .arg(&r.frame_base)
+        .arg(&r.max_frame)
+        .arg(&pool)
+        .arg(&runs)
+        .arg(&n_runs)
+        .arg(&page_size);
     // SAFETY: arguments match qkv_split_norm_rope; buffers checked for length and alignment,
     // the grid checked against the tables (positions stay inside them; frame indices past the
     // temporal table are not read, the kernel writes NaN instead).

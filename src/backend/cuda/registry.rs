@@ -139,22 +139,6 @@ pub const SOURCES: &[KernelSource] = &[
         hopper_only: false,
     },
     KernelSource {
-        name: "gemm_sm90",
-        source: include_str!("../../../kernels/gemm_sm90.cu"),
-        // GemmTileShape::entry in gemm_sm90.rs, one per tile shape.
-        functions: &[
-            "gemm_bf16_sm90_m128n256",
-            "gemm_bf16_sm90_m128n192",
-            "gemm_bf16_sm90_m128n128",
-            "gemm_bf16_sm90_m128n64",
-            "gemm_bf16_sm90_m64n128",
-            "gemm_bf16_sm90_m64n64",
-            // gemm_sm90::linear_qkv_split: the q/k/v product with the split as its epilogue.
-            "gemm_bf16_sm90_qkv_m128n192",
-        ],
-        hopper_only: true,
-    },
-    KernelSource {
         name: "paged_attention_sm90_ws",
         source: include_str!("../../../kernels/paged_attention_sm90_ws.cu"),
         // Beside the kernels of the attention table: the frame-local one reading q/k/v rows.
