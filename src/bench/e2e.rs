@@ -44,6 +44,9 @@ pub struct E2eConfig {
     pub local_kernel: Option<AttentionKernel>,
     /// Frames run eagerly after the timed run to time each stage.
     pub profile_frames: usize,
+    /// The streaming frame (0-based) whose submission is bracketed by the CUDA profiler's
+    /// start and stop, so that `ncu --profile-from-start off` profiles exactly its kernels.
+    pub profiler_frame: Option<usize>,
     /// How cuBLASLt's algorithm of each GEMM shape is chosen.
     pub gemm_tuning: Tuning,
     /// Calls queued before the oldest is waited for: 1 (one frame at a time) or 2 (as the
@@ -82,6 +85,12 @@ pub struct FrameTime {
     /// Host time of the submission: plan, page table, image, launch, copies queued.
     pub host_ms: f64,
     pub image_upload_ms: f64,
+    /// The GPU's parts of the frame (`StepTiming`): its DINO, its aggregator, its heads, and
+    /// the time between the previous frame's aggregator and this one's.
+    pub dino_ms: f64,
+    pub aggregator_ms: f64,
+    pub heads_ms: f64,
+    pub between_aggregators_ms: Option<f64>,
     pub graph: bool,
     pub points: usize,
 }
@@ -103,6 +112,15 @@ pub struct Growth {
     pub mean_wall_ms: f64,
     pub mean_period_ms: f64,
     pub mean_gpu_ms: f64,
+}
+
+/// Medians over the steady frames of where a frame's GPU time goes.
+#[derive(Debug, Serialize)]
+pub struct FrameParts {
+    pub dino_ms: f64,
+    pub aggregator_ms: f64,
+    pub heads_ms: f64,
+    pub between_aggregators_ms: f64,
 }
 
 /// Everything `bench e2e` measured (its JSON output).
@@ -131,6 +149,8 @@ pub struct E2eReport {
     pub median_gpu_ms: f64,
     pub median_host_ms: f64,
     pub median_image_upload_ms: f64,
+    /// Medians of the GPU's parts of a steady frame (see [`FrameTime`]).
+    pub median_parts: FrameParts,
     pub fps_steady: f64,
     pub windows: Vec<Window>,
     pub growth: Vec<Growth>,
@@ -304,6 +324,10 @@ pub fn run_e2e(
             gpu_ms: t.gpu_ms,
             host_ms: t.host_ms,
             image_upload_ms: t.image_upload_ms,
+            dino_ms: t.dino_ms,
+            aggregator_ms: t.aggregator_ms,
+            heads_ms: t.heads_ms,
+            between_aggregators_ms: t.between_aggregators_ms,
             graph: t.graph,
             points: out.points.iter().map(|p| p.xyz.len()).sum(),
         });
@@ -323,12 +347,25 @@ pub fn run_e2e(
         if queued.len() >= in_flight {
             collect(&mut session, &mut queued, &mut frames)?;
         }
+        let profiled = args.profiler_frame == Some(i - scale);
+        if profiled {
+            crate::backend::cuda::profiler_range(true).map_err(|source| BenchError::Step {
+                step: format!("starting the profiler at frame {i}"),
+                source,
+            })?;
+        }
         session
             .submit(StepImages::Model(img), i as u64..i as u64 + 1, keyframe)
             .map_err(|source| BenchError::Step {
                 step: format!("frame {i}"),
                 source,
             })?;
+        if profiled {
+            crate::backend::cuda::profiler_range(false).map_err(|source| BenchError::Step {
+                step: format!("stopping the profiler at frame {i}"),
+                source,
+            })?;
+        }
         queued.push_back((i, keyframe));
     }
     while !queued.is_empty() {
@@ -366,6 +403,15 @@ pub fn run_e2e(
     let gpu = sorted(steady.iter().map(|f| f.gpu_ms));
     let host = sorted(steady.iter().map(|f| f.host_ms));
     let image_upload = sorted(steady.iter().map(|f| f.image_upload_ms));
+    let median_of = |part: fn(&FrameTime) -> Option<f64>| {
+        percentile(&sorted(steady.iter().filter_map(part)), 0.5)
+    };
+    let median_parts = FrameParts {
+        dino_ms: median_of(|f| Some(f.dino_ms)),
+        aggregator_ms: median_of(|f| Some(f.aggregator_ms)),
+        heads_ms: median_of(|f| Some(f.heads_ms)),
+        between_aggregators_ms: median_of(|f| f.between_aggregators_ms),
+    };
     let windows = [10u32, 50, 90]
         .into_iter()
         .filter(|_| !frames.is_empty())
@@ -408,6 +454,7 @@ pub fn run_e2e(
         median_gpu_ms: percentile(&gpu, 0.5),
         median_host_ms: percentile(&host, 0.5),
         median_image_upload_ms: percentile(&image_upload, 0.5),
+        median_parts,
         fps_steady: 1e3 / median_period,
         windows,
         growth: growth(&frames),
@@ -445,6 +492,10 @@ mod tests {
                 gpu_ms: k as f64 / 2.0,
                 host_ms: 0.0,
                 image_upload_ms: 0.0,
+                dino_ms: 0.0,
+                aggregator_ms: 0.0,
+                heads_ms: 0.0,
+                between_aggregators_ms: None,
                 graph: true,
                 points: 0,
             })

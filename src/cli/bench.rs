@@ -83,6 +83,10 @@ pub struct BenchArgs {
     /// e2e: frames run eagerly after the timed run to time each stage.
     #[arg(long, default_value_t = 10)]
     pub profile_frames: usize,
+    /// e2e: bracket this streaming frame's submission (0-based) with the CUDA profiler's start
+    /// and stop: `ncu --profile-from-start off …` then profiles that frame's kernels alone.
+    #[arg(long)]
+    pub profiler_frame: Option<usize>,
     /// e2e: the kernel of the frame-local attention (DINO and frame blocks); default as --kernel.
     #[arg(long)]
     pub local_kernel: Option<String>,

@@ -53,6 +53,7 @@ fn e2e_config(args: &BenchArgs) -> anyhow::Result<E2eConfig> {
         kernel,
         local_kernel,
         profile_frames: args.profile_frames,
+        profiler_frame: args.profiler_frame,
         gemm_tuning: if args.gemm_heuristic {
             Tuning::Heuristic
         } else {
@@ -123,6 +124,11 @@ fn print_table(r: &E2eReport) {
         "| host submission: plan, page table, launch, copies queued / image upload | {:.3} / {:.3} ms |",
         r.median_host_ms - r.median_image_upload_ms,
         r.median_image_upload_ms
+    );
+    let parts = &r.median_parts;
+    println!(
+        "| GPU parts, median: aggregator / between two aggregators / heads / DINO (beside the heads before) | {:.2} / {:.2} / {:.2} / {:.2} ms |",
+        parts.aggregator_ms, parts.between_aggregators_ms, parts.heads_ms, parts.dino_ms
     );
     println!("| per frame, p99 (latency) | {:.2} ms |", r.p99_wall_ms);
     println!("| steady FPS | {:.1} |", r.fps_steady);

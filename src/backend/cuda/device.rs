@@ -47,6 +47,23 @@ pub fn probe(ordinal: usize) -> Result<DeviceInfo, CudaError> {
     info_of(&ctx).map_err(|e| unavailable(format!("could not query GPU {ordinal}: {e}")))
 }
 
+/// Starts (`true`) or stops the CUDA profiler's collection on the current context: a profiler
+/// started with collection off (`ncu --profile-from-start off`) sees only the kernels launched
+/// in between. Without a profiler attached it does nothing.
+pub fn profiler_range(start: bool) -> Result<(), CudaError> {
+    // SAFETY: plain driver calls without arguments; the caller runs them on a thread with the
+    // session's context current (the session binds it at every submission).
+    let result = unsafe {
+        if start {
+            cudarc::driver::sys::cuProfilerStart()
+        } else {
+            cudarc::driver::sys::cuProfilerStop()
+        }
+    };
+    result.result()?;
+    Ok(())
+}
+
 fn info_of(ctx: &Arc<CudaContext>) -> Result<DeviceInfo, CudaError> {
     let (major, minor) = ctx.compute_capability()?;
     Ok(DeviceInfo {

@@ -25,6 +25,6 @@ pub mod small_m;
 pub mod storage;
 
 pub use attention::{AttentionKernel, AttentionOptions, AttentionWorkspace, choose_splits};
-pub use device::{CudaDevice, DeviceInfo, probe};
+pub use device::{CudaDevice, DeviceInfo, probe, profiler_range};
 pub use error::CudaError;
 pub use kv::{DenseBaseline, DeviceKvCache, KvGeometry, PageTableUpload};

@@ -47,7 +47,7 @@ mod outputs;
 use device_io::{copy_dtod, upload_raw};
 use forward::Part;
 use front::{Front, FrontBuffers};
-use outputs::{OutputSlot, PendingCall};
+use outputs::{DownloadEvents, OutputSlot, PendingCall};
 
 /// Calls a session holds submitted but not finished: one running, one queued behind it.
 pub const MAX_IN_FLIGHT: usize = 2;
@@ -148,6 +148,16 @@ pub struct StepTiming {
     pub graph: bool,
     /// Per-stage GPU times when profiling an eager step: (stage, ms).
     pub stages: Vec<(String, f64)>,
+    /// GPU time of the call's DINO (on the front stream, beside the previous call's heads).
+    pub dino_ms: f64,
+    /// GPU time of the call's aggregator (special tokens, frame and global blocks).
+    pub aggregator_ms: f64,
+    /// From the end of the aggregator to the end of the heads and points.
+    pub heads_ms: f64,
+    /// From the previous finished call's aggregator end to this call's aggregator start: what
+    /// the frame period pays beside the aggregator (the heads, the next DINO, the copies).
+    /// None for the first call of a session or after a reset.
+    pub between_aggregators_ms: Option<f64>,
 }
 
 /// Everything one call produces.
@@ -296,6 +306,13 @@ pub struct GpuSession {
     /// Submitted calls in order; the front is the next `finish`.
     pending: VecDeque<PendingCall>,
     next_slot: usize,
+    /// The copies back to the host run on a stream of their own, so the main stream goes on to
+    /// the next call's aggregator while they travel (`outputs.rs`).
+    copy_out: CudaDevice,
+    /// Of the last submitted call, what the next one's writers must wait for (`outputs.rs`).
+    downloads: Option<DownloadEvents>,
+    /// The last finished call's aggregator end, for the time between two aggregators.
+    last_aggregator_end: Option<CudaEvent>,
 }
 
 /// The images of one call.
@@ -457,6 +474,7 @@ impl GpuSession {
         let slots = (0..MAX_IN_FLIGHT)
             .map(|_| OutputSlot::new(&dev, shape.max_call, shape.plane(), sc.download_maps))
             .collect::<Result<Vec<_>, _>>()?;
+        let copy_out = dev.with_new_stream()?;
         dev.stream.synchronize()?;
         side.stream.synchronize()?;
         front.dev.stream.synchronize()?;
@@ -488,6 +506,9 @@ impl GpuSession {
             slots,
             pending: VecDeque::new(),
             next_slot: 0,
+            copy_out,
+            downloads: None,
+            last_aggregator_end: None,
         })
     }
 
@@ -655,11 +676,13 @@ impl GpuSession {
         let cfg = self.table.config().clone();
         self.table = PageTable::new(cfg).map_err(cache_err)?;
         self.scale_frames = None;
+        self.last_aggregator_end = None;
         Ok(())
     }
 
     /// Forget the stream (a new scale phase follows). Graphs stay valid: addresses are unchanged.
     pub fn reset(&mut self) {
+        self.last_aggregator_end = None;
         self.table.reset();
         self.scale_frames = None;
     }
@@ -799,6 +822,10 @@ impl GpuSession {
             // front's next call may overwrite them as soon as the aggregator is done.
             let c = sh.embed;
             self.dev.stream.wait(&front.done)?;
+            if let Some(d) = &self.downloads {
+                // The last call's copy of the model's input to the host reads `rgb`.
+                self.dev.stream.wait(&d.rgb_read)?;
+            }
             copy_dtod(
                 &self.dev,
                 self.front.bufs.tokens.slice(0, s * sh.tokens * c)?,
@@ -826,7 +853,9 @@ impl GpuSession {
                 keyframe,
                 graphable,
             };
+            let aggregator_start = self.event()?;
             let aggregated = self.run_part(Part::Aggregator, step, &mut stages)?;
+            let aggregator_end = self.event()?;
             // The next frame's DINO starts here, beside this frame's heads (measured on the
             // H200: 0.19 ms a frame better than after the heads; starting at once, beside the
             // aggregator, gains nothing: docs/gpu-model.md).
@@ -835,14 +864,19 @@ impl GpuSession {
                     .stream
                     .record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?,
             );
+            if let Some(d) = &self.downloads {
+                // The heads write the buffers the last call's copies to the host read.
+                self.dev.stream.wait(&d.all_read)?;
+            }
             let heads = self.run_part(Part::Heads, step, &mut stages)?;
             if graphable {
                 self.warmed[usize::from(keyframe)] = true;
             }
             let graph = aggregated && heads;
             let end = self.event()?;
-            self.queue_downloads(slot, s)?;
-            let copied = self.event()?;
+            self.copy_out.stream.wait(&end)?;
+            let (copied, downloads) = self.queue_downloads(slot, s)?;
+            self.downloads = Some(downloads);
             Ok::<_, CudaError>(PendingCall {
                 slot,
                 frames: s,
@@ -853,6 +887,9 @@ impl GpuSession {
                 stages,
                 preprocess_start: front.preprocess_start,
                 start: front.start,
+                dino_end: front.done,
+                aggregator_start,
+                aggregator_end,
                 end,
                 copied,
             })
@@ -897,7 +934,15 @@ impl GpuSession {
             collect_ms: collect.elapsed().as_secs_f64() * 1e3,
             graph: call.graph,
             stages: call.stages,
+            dino_ms: call.start.elapsed_ms(&call.dino_end)? as f64,
+            aggregator_ms: call.aggregator_start.elapsed_ms(&call.aggregator_end)? as f64,
+            heads_ms: call.aggregator_end.elapsed_ms(&call.end)? as f64,
+            between_aggregators_ms: match &self.last_aggregator_end {
+                Some(last) => Some(last.elapsed_ms(&call.aggregator_start)? as f64),
+                None => None,
+            },
         };
+        self.last_aggregator_end = Some(call.aggregator_end);
         Ok(out)
     }
 
