@@ -256,6 +256,60 @@ fn synthetic_input_runs_with_random_tiny_weights() {
 }
 
 #[test]
+fn a_run_reset_by_its_budget_exports_each_model_session_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("s");
+    let out = run(&[
+        "run",
+        "--headless",
+        "--input",
+        "synthetic",
+        "--synthetic-frames",
+        "16",
+        "--random-weights",
+        "tiny",
+        "--keyframe-interval",
+        "1",
+        "--view-budget",
+        "6",
+        "--on-budget",
+        "reset",
+        "--out",
+        session.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(session.join("summary.json")).unwrap()).unwrap();
+    let sessions = summary["sessions"].as_u64().unwrap();
+    assert!(
+        sessions >= 2,
+        "the budget should have reset the run: {summary}"
+    );
+    // Each model session has its own world: its own cloud and trajectory, nothing merged.
+    assert!(!session.join("points.ply").exists());
+    assert!(!session.join("trajectory.tum").exists());
+    let mut poses = 0;
+    for n in 1..=sessions {
+        let tum = std::fs::read_to_string(session.join(format!("trajectory-session-{n}.tum")))
+            .unwrap_or_else(|e| panic!("trajectory of session {n}: {e}\n{stdout}"));
+        poses += tum.lines().filter(|l| !l.starts_with('#')).count();
+        let ply = std::fs::read(session.join(format!("points-session-{n}.ply"))).unwrap();
+        assert!(ply.starts_with(b"ply\n"));
+    }
+    assert!(
+        !session
+            .join(format!("points-session-{}.ply", sessions + 1))
+            .exists()
+    );
+    assert_eq!(poses, 16, "every frame's pose, once");
+    assert!(
+        stdout.contains(&format!("{sessions} model sessions")),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn keyframe_interval_is_the_fixed_rule_and_excludes_keyframes() {
     let dir = tempfile::tempdir().unwrap();
     let out = tiny(

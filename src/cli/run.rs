@@ -208,14 +208,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let recorded = recorder.map(SessionRecorder::finish);
     // The cloud and trajectory come from the recording, so it is finished first.
     let finished = match recorded {
-        Some(_) => dir.finish(&summary).map(|_| ()),
-        None => dir.write_summary(&summary),
+        Some(_) => dir.finish(&summary).map(Some),
+        None => dir.write_summary(&summary).map(|()| None),
     };
-    if let Err(e) = finished
-        && write_error.is_none()
-    {
-        write_error = Some(e.into());
-    }
+    let exported = match finished {
+        Ok(exported) => exported,
+        Err(e) => {
+            if write_error.is_none() {
+                write_error = Some(e.into());
+            }
+            None
+        }
+    };
     run_output::print_summary(&summary, &dir);
     if let Some(first) = summary.first_result_s {
         println!(
@@ -229,6 +233,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     if let Some(recorded) = &recorded {
         run_output::print_recorded(recorded);
+    }
+    if let Some(exported) = &exported {
+        run_output::print_exported(exported);
     }
     let disk_full = recorded.as_ref().is_some_and(|r| r.disk_full)
         || write_error

@@ -6,6 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::frame::FrameResult;
 use crate::pipeline::PipelineSummary;
+use crate::record::session_dir::Exported;
 use crate::record::{RecorderStatus, SessionDir};
 
 pub fn progress_bar(total: Option<u64>) -> ProgressBar {
@@ -98,12 +99,38 @@ pub fn print_recorded(recorded: &RecorderStatus) {
     );
 }
 
+/// The cloud and trajectory files written at the end, one pair per model session.
+pub fn print_exported(exported: &Exported) {
+    let many = exported.sessions.len() > 1;
+    if many {
+        println!(
+            "note:       {} model sessions (resets): their worlds are not aligned, so each has its own cloud and trajectory",
+            exported.sessions.len()
+        );
+    }
+    for e in &exported.sessions {
+        println!(
+            "exported:   {} ({} points), {} ({} poses)",
+            e.cloud.display(),
+            e.points,
+            e.trajectory.display(),
+            e.poses
+        );
+    }
+}
+
 /// The end-of-run files that a failed finish did not write, for the message (empty if none).
 pub fn missing_outputs(dir: &SessionDir) -> String {
+    use crate::record::export::sessions::suffixed;
     use crate::record::session_dir::{CLOUD_FILE, SUMMARY_FILE, TRAJECTORY_FILE};
+    // A reset run writes `-session-N` files instead of the plain ones.
+    let written = |name: &str| {
+        let plain = dir.path().join(name);
+        plain.exists() || suffixed(&plain, 1).exists()
+    };
     let missing: Vec<&str> = [SUMMARY_FILE, CLOUD_FILE, TRAJECTORY_FILE]
         .into_iter()
-        .filter(|name| !dir.path().join(name).exists())
+        .filter(|name| !written(name))
         .collect();
     if missing.is_empty() {
         String::new()

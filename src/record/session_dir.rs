@@ -1,14 +1,16 @@
 //! The folder `run --headless` writes: the recording (`session.srec`), one JSON file of
 //! metadata per frame as it is processed (`frames/NNNNNN.json`), and at the end `summary.json`
 //! and the cloud and trajectory (`points.ply`, `trajectory.tum`), written from the recording by
-//! the same exporters as `streamrecon export`, so the two never disagree on a format.
+//! the same exporters as `streamrecon export`, so the two never disagree on a format. A run
+//! whose model was reset holds several model sessions, each in its own world: each gets its own
+//! cloud and trajectory (`points-session-N.ply`, `trajectory-session-N.tum`), as `export` does.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::export::{CloudOptions, gather_cloud, ply, tum};
+use super::export::{CloudOptions, gather_cloud_in, ply, sessions, tum};
 use super::{RecordError, SESSION_FILE, SessionReader};
 use crate::frame::FrameResult;
 use crate::frame::camera::row_major;
@@ -31,10 +33,18 @@ pub struct SessionDir {
     dropped: u64,
 }
 
-/// What [`SessionDir::finish`] exported from the recording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What [`SessionDir::finish`] exported from the recording: one entry per model session.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exported {
+    pub sessions: Vec<ExportedSession>,
+}
+
+/// The cloud and trajectory of one model session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedSession {
+    pub cloud: PathBuf,
     pub points: usize,
+    pub trajectory: PathBuf,
     pub poses: usize,
 }
 
@@ -102,17 +112,34 @@ impl SessionDir {
         self.dropped
     }
 
-    /// Writes `summary.json`, then the cloud and trajectory from the finished recording.
+    /// Writes `summary.json`, then the cloud and trajectory from the finished recording: one
+    /// pair for a run of one model session (or none), one pair per session, suffixed
+    /// `-session-N`, for a run that was reset (the sessions' worlds are not aligned).
     pub fn finish(&self, summary: &impl Serialize) -> Result<Exported, RecordError> {
         self.write_summary(summary)?;
         let reader = SessionReader::open(self.session_file())?;
-        let cloud = gather_cloud(&reader, CloudOptions::default())?;
-        ply::export_ply(&self.dir.join(CLOUD_FILE), &cloud)?;
-        let poses = tum::export_tum(&self.dir.join(TRAJECTORY_FILE), reader.frames())?;
-        Ok(Exported {
-            points: cloud.len(),
-            poses,
-        })
+        let all = sessions::model_sessions(&reader);
+        let (cloud, trajectory) = (self.dir.join(CLOUD_FILE), self.dir.join(TRAJECTORY_FILE));
+        if all.len() <= 1 {
+            let frames = all.into_iter().next().unwrap_or(0..0);
+            let one = export_session(&reader, frames, cloud, trajectory)?;
+            return Ok(Exported {
+                sessions: vec![one],
+            });
+        }
+        let sessions = all
+            .into_iter()
+            .enumerate()
+            .map(|(i, frames)| {
+                export_session(
+                    &reader,
+                    frames,
+                    sessions::suffixed(&cloud, i + 1),
+                    sessions::suffixed(&trajectory, i + 1),
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Exported { sessions })
     }
 }
 
@@ -127,6 +154,24 @@ impl SessionDir {
         // Through a temporary file: a full disk leaves no half summary.
         super::export::write_file(&path, |w| w.write_all(&bytes))
     }
+}
+
+/// Writes the cloud and the trajectory of the recording's `frames` (one model session).
+fn export_session(
+    reader: &SessionReader,
+    frames: std::ops::Range<usize>,
+    cloud_path: PathBuf,
+    trajectory_path: PathBuf,
+) -> Result<ExportedSession, RecordError> {
+    let cloud = gather_cloud_in(reader, frames.clone(), CloudOptions::default())?;
+    ply::export_ply(&cloud_path, &cloud)?;
+    let poses = tum::export_tum(&trajectory_path, &reader.frames()[frames])?;
+    Ok(ExportedSession {
+        cloud: cloud_path,
+        points: cloud.len(),
+        trajectory: trajectory_path,
+        poses,
+    })
 }
 
 /// A frame without its arrays: what it was, where the camera stood, what the cache did.
@@ -205,8 +250,12 @@ mod tests {
         assert_eq!(
             exported,
             Exported {
-                points: 30,
-                poses: 3
+                sessions: vec![ExportedSession {
+                    cloud: dir.path().join(CLOUD_FILE),
+                    points: 30,
+                    trajectory: dir.path().join(TRAJECTORY_FILE),
+                    poses: 3
+                }]
             }
         );
         let ply = std::fs::read(dir.path().join(CLOUD_FILE)).expect("ply");
@@ -214,5 +263,64 @@ mod tests {
         let tum = std::fs::read_to_string(dir.path().join(TRAJECTORY_FILE)).expect("tum");
         assert_eq!(tum.lines().filter(|l| !l.starts_with('#')).count(), 3);
         assert!(dir.path().join(SUMMARY_FILE).exists());
+    }
+
+    #[test]
+    fn a_reset_run_gets_a_cloud_and_a_trajectory_per_model_session() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut dir = SessionDir::create(&tmp.path().join("s")).expect("create");
+        let recorder = SessionRecorder::create(
+            dir.session_file(),
+            &serde_json::json!({}),
+            RecorderOptions {
+                queue: 16,
+                ..RecorderOptions::default()
+            },
+        )
+        .expect("recorder");
+        // Three frames, a reset, two frames: the second session's world is its own.
+        for i in 0..5 {
+            if i == 3 {
+                recorder.note(format!("{}: requested", sessions::RESET_NOTICE));
+            }
+            let r = Arc::new(sample_result(i, 8, 6, 10 + i as usize));
+            dir.write_frame(&r).expect("frame json");
+            recorder.offer(r);
+        }
+        recorder.finish();
+        let exported = dir.finish(&serde_json::json!({})).expect("finish");
+        let got: Vec<(String, usize, String, usize)> = exported
+            .sessions
+            .iter()
+            .map(|e| {
+                let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+                (name(&e.cloud), e.points, name(&e.trajectory), e.poses)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "points-session-1.ply".into(),
+                    10 + 11 + 12,
+                    "trajectory-session-1.tum".into(),
+                    3
+                ),
+                (
+                    "points-session-2.ply".into(),
+                    13 + 14,
+                    "trajectory-session-2.tum".into(),
+                    2
+                ),
+            ]
+        );
+        for e in &exported.sessions {
+            let tum = std::fs::read_to_string(&e.trajectory).expect("tum");
+            assert_eq!(tum.lines().filter(|l| !l.starts_with('#')).count(), e.poses);
+            assert!(std::fs::read(&e.cloud).expect("ply").starts_with(b"ply\n"));
+        }
+        // Nothing merged across the sessions is written.
+        assert!(!dir.path().join(CLOUD_FILE).exists());
+        assert!(!dir.path().join(TRAJECTORY_FILE).exists());
     }
 }
