@@ -100,12 +100,6 @@ impl ResizePlan {
     }
 }
 
-/// Frames whose bytes [`DevicePreprocess::upload`] queued, in order: their sizes.
-#[derive(Debug, Clone)]
-pub struct UploadedFrames {
-    sizes: Vec<(u32, u32)>,
-}
-
 /// Device preprocessing of one session: staging, the frame's device copy, the weights per size.
 pub struct DevicePreprocess {
     cfg: PreprocessConfig,
@@ -116,7 +110,7 @@ pub struct DevicePreprocess {
     staging: Option<PinnedHostSlice<u8>>,
     /// Recorded after the call's last upload: the DMA reads `staging` until then.
     uploaded: CudaEvent,
-    /// The call's frames on the device, back to back.
+    /// One frame on the device; frames of a call are uploaded and resized in turn, stream-ordered.
     raw: Option<CudaSlice<u8>>,
     /// The width pass's output.
     tmp: Option<CudaSlice<u8>>,
@@ -151,18 +145,8 @@ impl DevicePreprocess {
         frames: &[&RgbImage],
         dst: DevPtr<f32>,
     ) -> Result<(), CudaError> {
-        let uploaded = self.upload(dev, frames)?;
-        self.resize(dev, &uploaded, dst)
-    }
-
-    /// Stages `frames` in page-locked memory and enqueues their copies to the device, back to
-    /// back; [`Self::resize`] then makes the model's input of them. Split so that a caller can
-    /// let the copies (copy engine only) run ahead of a wait that only the kernels need.
-    pub fn upload(
-        &mut self,
-        dev: &CudaDevice,
-        frames: &[&RgbImage],
-    ) -> Result<UploadedFrames, CudaError> {
+        let plane = self.session.0 * self.session.1;
+        dst.check_len(frames.len() * 3 * plane, "preprocessed images")?;
         for f in frames {
             let expected = f.width as usize * f.height as usize * 3;
             if f.data.len() != expected {
@@ -175,62 +159,42 @@ impl DevicePreprocess {
             }
         }
         let total: usize = frames.iter().map(|f| f.data.len()).sum();
+        let largest = frames.iter().map(|f| f.data.len()).max().unwrap_or(0);
         // The previous call's DMA may still read the staging memory.
         self.uploaded.synchronize()?;
         self.stage(dev, frames, total)?;
-        let raw = grown(dev, &mut self.raw, total)?;
-        let staging = self
-            .staging
-            .as_ref()
-            .ok_or_else(|| CudaError::Invalid("preprocess staging missing after staging".into()))?;
-        // SAFETY: `staging` holds `total` staged bytes and stays unwritten until `uploaded`
-        // completes (waited for above, before the next `stage`); `raw` holds `total` bytes.
-        unsafe {
-            let host = std::slice::from_raw_parts(staging.as_ptr()?, total);
-            cudarc::driver::result::memcpy_htod_async(raw.addr(), host, dev.stream.cu_stream())?;
-        }
-        self.uploaded.record(&dev.stream)?;
-        Ok(UploadedFrames {
-            sizes: frames.iter().map(|f| (f.width, f.height)).collect(),
-        })
-    }
-
-    /// Enqueues the two resize passes of each uploaded frame into `dst`, `[S][3][H][W]`.
-    pub fn resize(
-        &mut self,
-        dev: &CudaDevice,
-        frames: &UploadedFrames,
-        dst: DevPtr<f32>,
-    ) -> Result<(), CudaError> {
-        let plane = self.session.0 * self.session.1;
-        dst.check_len(frames.sizes.len() * 3 * plane, "preprocessed images")?;
-        let total: usize = frames
-            .sizes
-            .iter()
-            .map(|&(w, h)| w as usize * h as usize * 3)
-            .sum();
-        let raw = self
-            .raw
-            .as_ref()
-            .ok_or_else(|| CudaError::Invalid("resize before any upload".into()))?;
-        let raw = DevPtr::of(raw).slice(0, total)?;
+        let raw = grown(dev, &mut self.raw, largest)?;
         let mut offset = 0;
-        for (i, &size) in frames.sizes.iter().enumerate() {
-            self.plan_for(dev, size)?;
+        for (i, frame) in frames.iter().enumerate() {
+            self.plan_for(dev, (frame.width, frame.height))?;
             let plan = self
                 .plans
                 .last()
                 .ok_or_else(|| CudaError::Invalid("no resize plan after planning".into()))?;
-            let len = size.0 as usize * size.1 as usize * 3;
+            let staging = self.staging.as_ref().ok_or_else(|| {
+                CudaError::Invalid("preprocess staging missing after staging".into())
+            })?;
+            let len = frame.data.len();
+            // SAFETY: `staging` holds `total` staged bytes and stays unwritten until `uploaded`
+            // completes (waited for above, before the next `stage`); `raw` holds `largest` bytes.
+            unsafe {
+                let host = std::slice::from_raw_parts(staging.as_ptr()?.add(offset), len);
+                cudarc::driver::result::memcpy_htod_async(
+                    raw.addr(),
+                    host,
+                    dev.stream.cu_stream(),
+                )?;
+            }
+            offset += len;
             let tmp = grown(
                 dev,
                 &mut self.tmp,
                 plan.rows as usize * plan.out_w as usize * 3,
             )?;
-            launch_rows(dev, plan, raw.slice(offset, len)?, tmp)?;
+            launch_rows(dev, plan, raw, tmp)?;
             launch_cols(dev, plan, tmp, dst.slice(i * 3 * plane, 3 * plane)?)?;
-            offset += len;
         }
+        self.uploaded.record(&dev.stream)?;
         Ok(())
     }
 

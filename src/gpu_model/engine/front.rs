@@ -130,30 +130,26 @@ impl Front {
         graphable: bool,
     ) -> Result<FrontCall, CudaError> {
         let plane = shape.plane();
+        if let Some(event) = &self.start_after {
+            self.dev.stream.wait(event)?;
+        }
         let timed = |dev: &CudaDevice| {
             dev.stream
                 .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
         };
-        // The copies to the device go first: they need the copy engine only, so they run while
-        // the main stream's aggregator still holds the SMs, and DINO starts with its input there.
         let image_clock = Instant::now();
-        let uploaded = match images {
+        let preprocess_start = timed(&self.dev)?;
+        match images {
             StepImages::Model(values) => {
                 self.image_staging
-                    .upload(&self.dev, values, self.bufs.image)?;
-                None
+                    .upload(&self.dev, values, self.bufs.image)?
             }
-            StepImages::Rgb8(decoded) => Some(self.preprocess.upload(&self.dev, decoded)?),
-        };
+            StepImages::Rgb8(decoded) => {
+                self.preprocess
+                    .run(&self.dev, decoded, self.bufs.image.slice(0, s * 3 * plane)?)?
+            }
+        }
         let image_upload_ms = image_clock.elapsed().as_secs_f64() * 1e3;
-        if let Some(event) = &self.start_after {
-            self.dev.stream.wait(event)?;
-        }
-        let preprocess_start = timed(&self.dev)?;
-        if let Some(frames) = uploaded {
-            self.preprocess
-                .resize(&self.dev, &frames, self.bufs.image.slice(0, s * 3 * plane)?)?;
-        }
         let start = timed(&self.dev)?;
         if graphable && self.graph.is_none() && self.warmed {
             let stream = Arc::clone(&self.dev.stream);

@@ -47,7 +47,7 @@ mod outputs;
 use device_io::{copy_dtod, upload_raw};
 use forward::Part;
 use front::{Front, FrontBuffers};
-use outputs::{DownloadEvents, OutputSlot, PendingCall};
+use outputs::{OutputSlot, PendingCall};
 
 /// Calls a session holds submitted but not finished: one running, one queued behind it.
 pub const MAX_IN_FLIGHT: usize = 2;
@@ -306,11 +306,6 @@ pub struct GpuSession {
     /// Submitted calls in order; the front is the next `finish`.
     pending: VecDeque<PendingCall>,
     next_slot: usize,
-    /// The copies back to the host run on a stream of their own, so the main stream goes on to
-    /// the next call's aggregator while they travel (`outputs.rs`).
-    copy_out: CudaDevice,
-    /// Of the last submitted call, what the next one's writers must wait for (`outputs.rs`).
-    downloads: Option<DownloadEvents>,
     /// The last finished call's aggregator end, for the time between two aggregators.
     last_aggregator_end: Option<CudaEvent>,
 }
@@ -474,7 +469,6 @@ impl GpuSession {
         let slots = (0..MAX_IN_FLIGHT)
             .map(|_| OutputSlot::new(&dev, shape.max_call, shape.plane(), sc.download_maps))
             .collect::<Result<Vec<_>, _>>()?;
-        let copy_out = dev.with_new_stream()?;
         dev.stream.synchronize()?;
         side.stream.synchronize()?;
         front.dev.stream.synchronize()?;
@@ -506,8 +500,6 @@ impl GpuSession {
             slots,
             pending: VecDeque::new(),
             next_slot: 0,
-            copy_out,
-            downloads: None,
             last_aggregator_end: None,
         })
     }
@@ -822,10 +814,6 @@ impl GpuSession {
             // front's next call may overwrite them as soon as the aggregator is done.
             let c = sh.embed;
             self.dev.stream.wait(&front.done)?;
-            if let Some(d) = &self.downloads {
-                // The last call's copy of the model's input to the host reads `rgb`.
-                self.dev.stream.wait(&d.rgb_read)?;
-            }
             copy_dtod(
                 &self.dev,
                 self.front.bufs.tokens.slice(0, s * sh.tokens * c)?,
@@ -864,19 +852,14 @@ impl GpuSession {
                     .stream
                     .record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?,
             );
-            if let Some(d) = &self.downloads {
-                // The heads write the buffers the last call's copies to the host read.
-                self.dev.stream.wait(&d.all_read)?;
-            }
             let heads = self.run_part(Part::Heads, step, &mut stages)?;
             if graphable {
                 self.warmed[usize::from(keyframe)] = true;
             }
             let graph = aggregated && heads;
             let end = self.event()?;
-            self.copy_out.stream.wait(&end)?;
-            let (copied, downloads) = self.queue_downloads(slot, s)?;
-            self.downloads = Some(downloads);
+            self.queue_downloads(slot, s)?;
+            let copied = self.event()?;
             Ok::<_, CudaError>(PendingCall {
                 slot,
                 frames: s,

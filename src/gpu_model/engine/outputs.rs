@@ -1,11 +1,10 @@
 //! What comes back to the host after a call: poses, kept points, the model's input as 8-bit RGB
 //! and (when asked) the maps.
 //!
-//! The copies are queued right behind the call's work, on a stream of their own (the main
-//! stream's next aggregator need not wait for them), into page-locked memory of one of two
-//! [`OutputSlot`]s, so a call's results travel while the host prepares the next call and the
-//! next call's work runs: the host reads a slot only after its `copied` event, and the next
-//! call's writers of the copied buffers wait for [`DownloadEvents`]. Points are copied at the buffers' full size (their count is known only on
+//! The copies are queued on the stream right behind the call's work, into page-locked memory of
+//! one of two [`OutputSlot`]s, so a call's results travel while the host prepares the next call
+//! and the next call's work may already be queued behind them: the host reads a slot only after
+//! its `copied` event. Points are copied at the buffers' full size (their count is known only on
 //! the device), which costs about 0.1 ms of copy engine per frame and no synchronisation.
 
 use std::time::Instant;
@@ -58,14 +57,6 @@ pub(super) struct PendingCall {
     pub copied: CudaEvent,
 }
 
-/// When a call's copies to the host have read the buffers the next call writes.
-pub(super) struct DownloadEvents {
-    /// The model's input (`rgb`, rewritten at the start of the next call) is copied.
-    pub rgb_read: CudaEvent,
-    /// Every copy is done (poses, points, maps: rewritten by the next call's heads).
-    pub all_read: CudaEvent,
-}
-
 impl OutputSlot {
     pub(super) fn new(
         dev: &CudaDevice,
@@ -101,26 +92,11 @@ impl OutputSlot {
 
 impl GpuSession {
     /// Queues the copies of a call of `s` frames into `slot`; nothing waits.
-    /// Queues the copies of a call of `s` frames into `slot` on the copy stream (which the
-    /// caller made wait for the call's work); nothing waits. Returns the slot's `copied` event
-    /// and the events the next call's writers wait for.
-    pub(super) fn queue_downloads(
-        &mut self,
-        slot: usize,
-        s: usize,
-    ) -> Result<(CudaEvent, DownloadEvents), CudaError> {
+    pub(super) fn queue_downloads(&mut self, slot: usize, s: usize) -> Result<(), CudaError> {
         let plane = self.shape.plane();
         let b = &self.bufs;
-        let dev = &self.copy_out;
+        let dev = &*self.dev;
         let o = &mut self.slots[slot];
-        let event = |flags| dev.stream.record_event(Some(flags));
-        // First the buffer the next call rewrites first.
-        download_raw(
-            dev,
-            b.rgb.slice(0, s * 3 * plane)?,
-            &mut o.model_rgb.as_mut_slice()?[..s * 3 * plane],
-        )?;
-        let rgb_read = event(CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
         download_raw(
             dev,
             b.pose.slice(0, s * POSE_ENC_LEN)?,
@@ -146,6 +122,11 @@ impl GpuSession {
             b.point_conf.slice(0, s * plane)?,
             &mut o.point_conf.as_mut_slice()?[..s * plane],
         )?;
+        download_raw(
+            dev,
+            b.rgb.slice(0, s * 3 * plane)?,
+            &mut o.model_rgb.as_mut_slice()?[..s * 3 * plane],
+        )?;
         if self.sc.download_maps {
             download_raw(
                 dev,
@@ -158,9 +139,7 @@ impl GpuSession {
                 &mut o.conf.as_mut_slice()?[..s * plane],
             )?;
         }
-        let all_read = event(CUevent_flags::CU_EVENT_DISABLE_TIMING)?;
-        let copied = event(CUevent_flags::CU_EVENT_DEFAULT)?;
-        Ok((copied, DownloadEvents { rgb_read, all_read }))
+        Ok(())
     }
 
     /// The outputs of a call whose copies into `slot` have completed.
