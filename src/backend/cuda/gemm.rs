@@ -67,14 +67,8 @@ pub enum Tuning {
 
 /// Candidates asked of the heuristic when measuring.
 const TUNING_CANDIDATES: usize = 16;
-/// Timed launches per candidate (after one untimed), each after L2 was cleared; the median
-/// counts.
-const TUNING_REPS: usize = 7;
-/// Bytes written before each timed launch to push the weights out of L2 (50 MB on the H100 and
-/// H200).
-const L2_EVICT_BYTES: usize = 128 << 20;
-/// At most this much of the input is read back into L2 after the eviction.
-const WARM_INPUT_BYTES: usize = 32 << 20;
+/// Timed launches per candidate (after one untimed).
+const TUNING_REPS: usize = 5;
 
 /// What measuring chose for one shape.
 #[derive(Debug, Clone)]
@@ -332,12 +326,6 @@ impl Gemm {
     /// Times every candidate of `plan` on the call's buffers and keeps the fastest in
     /// `plan.algo`. Skipped (None) while the stream is being captured into a graph, and when the
     /// output overlaps an input (repeating the product would then change it).
-    ///
-    /// Each timed launch runs as in a frame: its weights cold (a block's are read once a frame,
-    /// long after L2 last held them), its input warm (the kernel before just wrote it). So L2 is
-    /// overwritten and the input read back before every timed launch; timing launches back to
-    /// back, with the weights warm in L2, chose tile shapes that were slower in the frame
-    /// (docs/gpu-model.md).
     fn measure(
         &self,
         dev: &CudaDevice,
@@ -364,16 +352,8 @@ impl Gemm {
         {
             return Ok(None);
         }
-        let mut evict = dev.stream.alloc_zeros::<u8>(L2_EVICT_BYTES)?;
-        let warm_input = (key.m * key.k * 2).min(WARM_INPUT_BYTES);
-        let marks = (0..TUNING_REPS)
-            .map(|_| {
-                Ok((
-                    dev.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-                    dev.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-                ))
-            })
-            .collect::<Result<Vec<_>, CudaError>>()?;
+        let start = dev.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let end = dev.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         let mut times = Vec::with_capacity(plan.candidates.len());
         for algo in &plan.candidates {
             // A candidate the library lists but cannot run on these pointers is skipped.
@@ -381,30 +361,13 @@ impl Gemm {
                 times.push(f64::INFINITY);
                 continue;
             }
-            for (start, end) in &marks {
-                dev.stream.memset_zeros(&mut evict)?;
-                // SAFETY: `evict` holds L2_EVICT_BYTES >= warm_input bytes; `x` holds m * k
-                // bf16 values (checked by the callers), of which the first `warm_input` bytes
-                // are read.
-                unsafe {
-                    cudarc::driver::result::memcpy_dtod_async(
-                        DevPtr::of(&evict).addr(),
-                        args.x,
-                        warm_input,
-                        dev.stream.cu_stream(),
-                    )?;
-                }
-                start.record(&dev.stream)?;
+            start.record(&dev.stream)?;
+            for _ in 0..TUNING_REPS {
                 self.launch(dev, key, plan, algo, args)?;
-                end.record(&dev.stream)?;
             }
-            dev.stream.synchronize()?;
-            let mut each = marks
-                .iter()
-                .map(|(start, end)| Ok(start.elapsed_ms(end)? as f64))
-                .collect::<Result<Vec<_>, CudaError>>()?;
-            each.sort_by(f64::total_cmp);
-            times.push(each[each.len() / 2]);
+            end.record(&dev.stream)?;
+            end.synchronize()?;
+            times.push(start.elapsed_ms(&end)? as f64 / TUNING_REPS as f64);
         }
         let (chosen, chosen_ms) = times
             .iter()
