@@ -60,6 +60,25 @@ fn tiny(extra: &[&str], out: &Path, input: &str) -> Output {
     run(&args)
 }
 
+/// `run --headless` on `frames` synthetic frames with random tiny weights into `out`.
+fn synthetic_tiny(frames: u32, extra: &[&str], out: &Path) -> Output {
+    let frames = frames.to_string();
+    let mut args = vec![
+        "run",
+        "--headless",
+        "--input",
+        "synthetic",
+        "--synthetic-frames",
+        &frames,
+        "--random-weights",
+        "tiny",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -233,18 +252,7 @@ fn bad_arguments_are_errors_not_panics() {
 fn synthetic_input_runs_with_random_tiny_weights() {
     let dir = tempfile::tempdir().unwrap();
     let session = dir.path().join("s");
-    let out = run(&[
-        "run",
-        "--headless",
-        "--input",
-        "synthetic",
-        "--synthetic-frames",
-        "6",
-        "--random-weights",
-        "tiny",
-        "--out",
-        session.to_str().unwrap(),
-    ]);
+    let out = synthetic_tiny(6, &[], &session);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(stdout.contains("6 processed of 6 captured"), "{stdout}");
@@ -259,24 +267,18 @@ fn synthetic_input_runs_with_random_tiny_weights() {
 fn a_run_reset_by_its_budget_exports_each_model_session_apart() {
     let dir = tempfile::tempdir().unwrap();
     let session = dir.path().join("s");
-    let out = run(&[
-        "run",
-        "--headless",
-        "--input",
-        "synthetic",
-        "--synthetic-frames",
-        "16",
-        "--random-weights",
-        "tiny",
-        "--keyframe-interval",
-        "1",
-        "--view-budget",
-        "6",
-        "--on-budget",
-        "reset",
-        "--out",
-        session.to_str().unwrap(),
-    ]);
+    let out = synthetic_tiny(
+        16,
+        &[
+            "--keyframe-interval",
+            "1",
+            "--view-budget",
+            "6",
+            "--on-budget",
+            "reset",
+        ],
+        &session,
+    );
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     let summary: serde_json::Value =

@@ -348,11 +348,14 @@ pub fn run_e2e(
             collect(&mut session, &mut queued, &mut frames)?;
         }
         let profiled = args.profiler_frame == Some(i - scale);
-        if profiled {
-            crate::backend::cuda::profiler_range(true).map_err(|source| BenchError::Step {
-                step: format!("starting the profiler at frame {i}"),
+        let profiler = |start: bool| {
+            crate::backend::cuda::profiler_range(start).map_err(|source| BenchError::Step {
+                step: format!("the profiler's bracket of frame {i}"),
                 source,
-            })?;
+            })
+        };
+        if profiled {
+            profiler(true)?;
         }
         session
             .submit(StepImages::Model(img), i as u64..i as u64 + 1, keyframe)
@@ -361,10 +364,7 @@ pub fn run_e2e(
                 source,
             })?;
         if profiled {
-            crate::backend::cuda::profiler_range(false).map_err(|source| BenchError::Step {
-                step: format!("stopping the profiler at frame {i}"),
-                source,
-            })?;
+            profiler(false)?;
         }
         queued.push_back((i, keyframe));
     }

@@ -101,8 +101,7 @@ pub fn print_recorded(recorded: &RecorderStatus) {
 
 /// The cloud and trajectory files written at the end, one pair per model session.
 pub fn print_exported(exported: &Exported) {
-    let many = exported.sessions.len() > 1;
-    if many {
+    if exported.sessions.len() > 1 {
         println!(
             "note:       {} model sessions (resets): their worlds are not aligned, so each has its own cloud and trajectory",
             exported.sessions.len()

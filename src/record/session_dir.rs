@@ -218,10 +218,9 @@ mod tests {
         assert!(matches!(err, RecordError::NotEmpty { .. }), "{err}");
     }
 
-    #[test]
-    fn frames_are_written_as_they_come_and_the_exports_at_the_end() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let mut dir = SessionDir::create(&tmp.path().join("s")).expect("create");
+    /// A fresh session folder `root/s` and a recorder writing its session file.
+    fn folder_with_recorder(root: &Path) -> (SessionDir, SessionRecorder) {
+        let dir = SessionDir::create(&root.join("s")).expect("create");
         let recorder = SessionRecorder::create(
             dir.session_file(),
             &serde_json::json!({}),
@@ -231,6 +230,13 @@ mod tests {
             },
         )
         .expect("recorder");
+        (dir, recorder)
+    }
+
+    #[test]
+    fn frames_are_written_as_they_come_and_the_exports_at_the_end() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (mut dir, recorder) = folder_with_recorder(tmp.path());
         for i in 0..3 {
             let r = Arc::new(sample_result(i, 8, 6, 10));
             dir.write_frame(&r).expect("frame json");
@@ -268,16 +274,7 @@ mod tests {
     #[test]
     fn a_reset_run_gets_a_cloud_and_a_trajectory_per_model_session() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let mut dir = SessionDir::create(&tmp.path().join("s")).expect("create");
-        let recorder = SessionRecorder::create(
-            dir.session_file(),
-            &serde_json::json!({}),
-            RecorderOptions {
-                queue: 16,
-                ..RecorderOptions::default()
-            },
-        )
-        .expect("recorder");
+        let (mut dir, recorder) = folder_with_recorder(tmp.path());
         // Three frames, a reset, two frames: the second session's world is its own.
         for i in 0..5 {
             if i == 3 {
