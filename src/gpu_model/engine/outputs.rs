@@ -52,9 +52,10 @@ pub(super) struct PendingCall {
     pub dino_end: CudaEvent,
     pub aggregator_start: CudaEvent,
     pub aggregator_end: CudaEvent,
-    pub end: CudaEvent,
-    /// After the last copy into the slot.
-    pub copied: CudaEvent,
+    /// After the points (side stream); None until they are queued.
+    pub end: Option<CudaEvent>,
+    /// After the last copy into the slot; None until it is queued.
+    pub copied: Option<CudaEvent>,
 }
 
 impl OutputSlot {
@@ -95,7 +96,9 @@ impl GpuSession {
     pub(super) fn queue_downloads(&mut self, slot: usize, s: usize) -> Result<(), CudaError> {
         let plane = self.shape.plane();
         let b = &self.bufs;
-        let dev = &*self.dev;
+        // On the side stream, after the call's points.
+        let dev = &self.side;
+        let rgb = b.rgb_of(slot, &self.shape)?;
         let o = &mut self.slots[slot];
         download_raw(
             dev,
@@ -124,7 +127,7 @@ impl GpuSession {
         )?;
         download_raw(
             dev,
-            b.rgb.slice(0, s * 3 * plane)?,
+            rgb.slice(0, s * 3 * plane)?,
             &mut o.model_rgb.as_mut_slice()?[..s * 3 * plane],
         )?;
         if self.sc.download_maps {
