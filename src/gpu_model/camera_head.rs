@@ -246,13 +246,6 @@ impl GpuCameraHead {
             for (t, r) in row.iter_mut().enumerate() {
                 let tile = 1usize << t;
                 *r = lin_resident_ctas(dev, lin_name(nc == 1, tile), tile * width * 2)?;
-                // EXPERIMENT (temporary): cap the linears' grids.
-                if let Some(cap) = std::env::var("STREAMRECON_CAMERA_CTAS")
-                    .ok()
-                    .and_then(|v| v.parse::<usize>().ok())
-                {
-                    *r = (*r).min(cap);
-                }
             }
         }
         // Row tiles of a call and the pose branch's CTAs (partial sums per tile and CTA).

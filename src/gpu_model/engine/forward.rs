@@ -6,21 +6,14 @@ use super::device_io::copy_dtod;
 use super::*;
 use crate::backend::cuda::ops::RowCopy;
 
-/// The parts of a call's work after DINO, each its own graph: the front's next call may wait
+/// The two halves of the main stream's work, each its own graph: the front's next call may wait
 /// for the end of the first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Part {
-    /// Special tokens and the 24 frame + 24 global blocks, into the taps; the camera head's
-    /// input copied out of the last one.
+    /// Special tokens and the 24 frame + 24 global blocks, into the taps.
     Aggregator,
-    /// The depth head (main stream).
+    /// The camera head (side stream), the depth head and the points.
     Heads,
-    /// The camera head (side stream), beside the depth head and the next call's aggregator.
-    Camera,
-}
-
-impl Part {
-    pub(super) const ALL: usize = 3;
 }
 
 impl GpuSession {
@@ -35,12 +28,14 @@ impl GpuSession {
         keyframe: bool,
         profile: Option<&mut Vec<(String, f64)>>,
     ) -> Result<(), CudaError> {
-        let stream = Arc::clone(self.stream_of(part));
+        let dev = Arc::clone(&self.dev);
         let timed = profile.is_some();
         let mut marks: Vec<(&'static str, CudaEvent)> = Vec::new();
         let mark = |name: &'static str, marks: &mut Vec<(&'static str, CudaEvent)>| {
             if timed {
-                let ev = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+                let ev = dev
+                    .stream
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
                 marks.push((name, ev));
             }
             Ok::<(), CudaError>(())
@@ -50,11 +45,7 @@ impl GpuSession {
             Part::Aggregator => self.aggregate(s, committed, scale_frames, &mut |name| {
                 mark(name, &mut marks)
             })?,
-            Part::Heads => self.heads(s, &mut |name| mark(name, &mut marks))?,
-            Part::Camera => {
-                self.camera_head(s, keyframe)?;
-                mark("camera_head", &mut marks)?;
-            }
+            Part::Heads => self.heads(s, keyframe, &mut |name| mark(name, &mut marks))?,
         }
         if let Some(stages) = profile {
             // Stages that repeat (one per block) are summed.
@@ -189,57 +180,15 @@ impl GpuSession {
             }
             mark("global_blocks")?;
         }
-
         Ok(())
     }
 
-    /// Copies the camera head's input on the side stream (eager, outside its graph, so the
-    /// main stream can wait for the copies alone): the last tap's camera tokens (the first of
-    /// each frame's rows) and the call's camera cache length, which the next call's aggregator
-    /// and table upload overwrite while this call's camera head may still run.
-    pub(super) fn take_camera_input(&self, s: usize) -> Result<(), CudaError> {
-        let (b, sh) = (&self.bufs, self.shape);
-        let c = sh.embed;
-        let last_tap = *b
-            .taps
-            .last()
-            .ok_or_else(|| CudaError::Invalid("the model has no taps".into()))?;
-        ops::copy_rows(
-            &self.side,
-            last_tap,
-            sh.tokens * 2 * c,
-            b.camera_tokens.slice(0, s * 2 * c)?,
-            2 * c,
-            s,
-            2 * c,
-        )?;
-        copy_dtod(
-            &self.side,
-            self.kv.step_scalar_ptr(SCALAR_CAMERA_LEN)?,
-            b.camera_len,
-        )
-    }
-
-    /// The camera head of the call on the side stream, from the copies of its input.
-    fn camera_head(&mut self, s: usize, keyframe: bool) -> Result<(), CudaError> {
-        let model = Arc::clone(&self.weights);
-        let b = &self.bufs;
-        self.camera.forward(
-            &self.side,
-            model.camera_head(),
-            b.camera_tokens,
-            2 * self.shape.embed,
-            s,
-            b.camera_len,
-            keyframe,
-            b.pose.slice(0, s * POSE_ENC_LEN)?,
-        )
-    }
-
-    /// The depth head on the taps; `mark` ends a stage.
+    /// The camera head (side stream) and the depth head on the taps, then the points; `mark`
+    /// ends a stage.
     fn heads(
         &mut self,
         s: usize,
+        keyframe: bool,
         mark: &mut dyn FnMut(&'static str) -> Result<(), CudaError>,
     ) -> Result<(), CudaError> {
         let dev = Arc::clone(&self.dev);
@@ -249,6 +198,31 @@ impl GpuSession {
         let b = &self.bufs;
         let c = sh.embed;
         let plane = sh.plane();
+
+        // Camera head on the last tap's camera tokens, with its own cache, on the side stream
+        // (it only needs the aggregator's output) while the depth head runs on the main one.
+        let last_tap = *b
+            .taps
+            .last()
+            .ok_or_else(|| CudaError::Invalid("the model has no taps".into()))?;
+        let aggregated = dev.stream.record_event(None)?;
+        self.side.stream.wait(&aggregated)?;
+        self.camera.forward(
+            &self.side,
+            model.camera_head(),
+            last_tap,
+            sh.tokens * 2 * c,
+            s,
+            self.kv.step_scalar_ptr(SCALAR_CAMERA_LEN)?,
+            keyframe,
+            b.pose.slice(0, s * POSE_ENC_LEN)?,
+        )?;
+        let posed = self.side.stream.record_event(None)?;
+        if self.sc.profile_stages {
+            // Timed one after the other when profiling, so each head has its own time.
+            dev.stream.wait(&posed)?;
+            mark("camera_head")?;
+        }
 
         // Depth head per frame.
         for f in 0..s {
@@ -270,25 +244,18 @@ impl GpuSession {
                 b.conf.slice(f * plane, plane)?,
             )?;
         }
+        // The points need the poses: join the side stream back.
+        dev.stream.wait(&posed)?;
         mark("depth_head")?;
-        Ok(())
-    }
 
-    /// The points of the call in output slot `slot` on the side stream, once its depth head
-    /// and camera head are done: unprojected with the device's pose, filtered and compacted;
-    /// only they go back.
-    pub(super) fn points(&mut self, slot: usize, s: usize) -> Result<(), CudaError> {
-        let sh = self.shape;
-        let b = &self.bufs;
-        let plane = sh.plane();
-        let rgb = b.rgb_of(slot, &sh)?;
+        // Points: unprojected with the device's pose, filtered and compacted; only they go back.
         for f in 0..s {
             self.compactor.run(
-                &self.side,
+                dev,
                 b.depth.slice(f * plane, plane)?,
                 b.conf.slice(f * plane, plane)?,
                 b.pose.slice(f * POSE_ENC_LEN, POSE_ENC_LEN)?,
-                rgb.slice(f * 3 * plane, 3 * plane)?,
+                b.rgb.slice(f * 3 * plane, 3 * plane)?,
                 self.sc.min_confidence,
                 self.sc.point_stride,
                 b.xyz.slice(f * 3 * plane, 3 * plane)?,
@@ -297,6 +264,7 @@ impl GpuSession {
                 b.counts.slice(f, 1)?,
             )?;
         }
+        mark("points")?;
         Ok(())
     }
 }

@@ -229,15 +229,8 @@ impl GpuModel {
 /// The main stream's fixed device buffers (all in the arena; the front's are
 /// [`FrontBuffers`]).
 struct Buffers {
-    /// The calls' model input as 8-bit RGB, copied from the front's: one plane set per output
-    /// slot, since a call's points (side stream) still read it while the next call starts.
+    /// The call's model input as 8-bit RGB, copied from the front's.
     rgb: DevPtr<u8>,
-    /// The camera head's input, copied out of the last tap as the aggregator ends: the next
-    /// call's aggregator overwrites the taps while this call's camera head may still run.
-    camera_tokens: DevPtr<f32>,
-    /// The camera cache length of the call, copied from the step table at the same time (the
-    /// next call uploads its own table while this call's camera head may still run).
-    camera_len: DevPtr<u32>,
     x: DevPtr<f32>,
     taps: Vec<DevPtr<f32>>,
     scratch: BlockScratch,
@@ -276,18 +269,10 @@ impl Shape {
     }
 }
 
-impl Buffers {
-    /// The 8-bit model input of the call in output slot `slot`.
-    fn rgb_of(&self, slot: usize, sh: &Shape) -> Result<DevPtr<u8>, CudaError> {
-        let len = sh.max_call * 3 * sh.plane();
-        self.rgb.slice(slot * len, len)
-    }
-}
-
 pub struct GpuSession {
     dev: Arc<CudaDevice>,
-    /// A second stream: the camera head (small, latency-bound GEMVs) runs there beside the depth
-    /// head and the next call's aggregator, then the call's points and its copies to the host.
+    /// A second stream: the camera head (small, latency-bound GEMVs) runs there, overlapping the
+    /// depth head on the main stream.
     side: CudaDevice,
     /// The images and DINO on a low-priority stream of their own (`front.rs`).
     front: Front,
@@ -311,9 +296,9 @@ pub struct GpuSession {
     /// The frame-local attention's kernel and splits.
     local_setup: AttentionSetup,
     scale_frames: Option<usize>,
-    /// Graphs of the streaming step: [aggregator, heads, camera][non-keyframe, keyframe], and
-    /// eager warm-ups done per kind.
-    graphs: [[Option<StepGraph>; 2]; Part::ALL],
+    /// Graphs of the streaming step: [aggregator, heads][non-keyframe, keyframe], and eager
+    /// warm-ups done per kind.
+    graphs: [[Option<StepGraph>; 2]; 2],
     warmed: [bool; 2],
     arena_bytes: usize,
     /// Page-locked outputs of the calls in flight (one per call, in turn).
@@ -323,23 +308,6 @@ pub struct GpuSession {
     next_slot: usize,
     /// The last finished call's aggregator end, for the time between two aggregators.
     last_aggregator_end: Option<CudaEvent>,
-    /// The last submitted call's end on the side stream (points and copies): the next call's
-    /// depth head waits for it before it overwrites the depth and confidence maps.
-    side_done: Option<CudaEvent>,
-    /// After the last submitted call's camera input was copied (side stream): the next call's
-    /// table upload and aggregator overwrite what it was copied from.
-    camera_input_taken: Option<CudaEvent>,
-    /// The last submitted call's camera head, queued with the next call (beside its
-    /// aggregator) or by `finish`.
-    camera_deferred: Option<DeferredCamera>,
-}
-
-/// A call's camera head not queued yet.
-#[derive(Debug, Clone, Copy)]
-struct DeferredCamera {
-    step: PartStep,
-    /// Its graph may be captured (its kind ran eagerly once).
-    may_capture: bool,
 }
 
 /// The images of one call.
@@ -443,12 +411,7 @@ impl GpuSession {
 
         let mut gemm = Gemm::new(&dev)?;
         gemm.set_tuning(sc.gemm_tuning, &model.gemm_choices);
-        // EXPERIMENT (temporary): the camera stream's priority.
-        let side = if std::env::var("STREAMRECON_CAMERA_STREAM").as_deref() == Ok("background") {
-            dev.with_background_stream()?
-        } else {
-            dev.with_new_stream()?
-        };
+        let side = dev.with_new_stream()?;
         let rope = RopeTables::new(&dev, cfg.max_frame_num, grid_h, grid_w)?;
         let camera = GpuCameraHead::new(
             &dev,
@@ -538,9 +501,6 @@ impl GpuSession {
             pending: VecDeque::new(),
             next_slot: 0,
             last_aggregator_end: None,
-            side_done: None,
-            camera_input_taken: None,
-            camera_deferred: None,
         })
     }
 
@@ -568,9 +528,7 @@ impl GpuSession {
         BlockScratch::plan(&mut plan, dino_tokens, c, s.hidden, s.heads);
         plan.add::<u32>(LOCAL_TABLE_WORDS * m);
         plan.add::<f32>(tokens * c);
-        plan.add::<u8>(MAX_IN_FLIGHT * m * 3 * plane);
-        plan.add::<f32>(m * 2 * c);
-        plan.add::<u32>(1);
+        plan.add::<u8>(m * 3 * plane);
         plan.add::<f32>(tokens * c);
         for _ in 0..taps {
             plan.add::<f32>(m * s.tokens * 2 * c);
@@ -601,9 +559,7 @@ impl GpuSession {
             tokens: arena.alloc(tokens * c)?,
         };
         let bufs = Buffers {
-            rgb: arena.alloc(MAX_IN_FLIGHT * m * 3 * plane)?,
-            camera_tokens: arena.alloc(m * 2 * c)?,
-            camera_len: arena.alloc(1)?,
+            rgb: arena.alloc(m * 3 * plane)?,
             x: arena.alloc(tokens * c)?,
             taps: (0..taps)
                 .map(|_| arena.alloc(m * s.tokens * 2 * c))
@@ -826,11 +782,6 @@ impl GpuSession {
         } else {
             StepKind::NonKeyframe
         };
-        // The previous call's camera head copies its input from the table and the taps this
-        // call overwrites.
-        if let Some(taken) = self.camera_input_taken.take() {
-            self.dev.stream.wait(&taken)?;
-        }
         let plan = self
             .table
             .begin_step(frames.clone(), kind)
@@ -871,10 +822,8 @@ impl GpuSession {
             copy_dtod(
                 &self.dev,
                 self.front.bufs.rgb.slice(0, s * 3 * plane)?,
-                self.bufs.rgb_of(slot, &sh)?.slice(0, s * 3 * plane)?,
+                self.bufs.rgb.slice(0, s * 3 * plane)?,
             )?;
-            // The previous call's camera head runs beside this call's aggregator.
-            self.flush_camera()?;
             let mut stages = Vec::new();
             if self.sc.profile_stages {
                 // The front's time alone: nothing else ran beside it (the profiled steps run
@@ -892,10 +841,8 @@ impl GpuSession {
                 keyframe,
                 graphable,
             };
-            let kind_ix = usize::from(keyframe);
             let aggregator_start = self.event()?;
-            let aggregated =
-                self.run_part(Part::Aggregator, step, self.warmed[kind_ix], &mut stages)?;
+            let aggregated = self.run_part(Part::Aggregator, step, &mut stages)?;
             let aggregator_end = self.event()?;
             // The next frame's DINO starts here, beside this frame's heads (measured on the
             // H200: 0.19 ms a frame better than after the heads; starting at once, beside the
@@ -905,27 +852,15 @@ impl GpuSession {
                     .stream
                     .record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?,
             );
-            // The camera head's input, copied on the side stream as the aggregator ends.
-            self.side.stream.wait(&aggregator_end)?;
-            self.take_camera_input(s)?;
-            self.camera_input_taken = Some(self.side_event()?);
-            let mut camera = true;
-            if self.sc.profile_stages {
-                // Timed one after the other when profiling, so each head has its own time.
-                camera = self.run_part(Part::Camera, step, self.warmed[kind_ix], &mut stages)?;
-                self.dev.stream.wait(&self.side_event()?)?;
-            }
-            // The depth head overwrites the maps the previous call's points and copies read.
-            if let Some(done) = self.side_done.take() {
-                self.dev.stream.wait(&done)?;
-            }
-            let may_capture = self.warmed[kind_ix];
-            let heads = self.run_part(Part::Heads, step, may_capture, &mut stages)?;
+            let heads = self.run_part(Part::Heads, step, &mut stages)?;
             if graphable {
-                self.warmed[kind_ix] = true;
+                self.warmed[usize::from(keyframe)] = true;
             }
-            let graph = aggregated && heads && camera;
-            let mut call = PendingCall {
+            let graph = aggregated && heads;
+            let end = self.event()?;
+            self.queue_downloads(slot, s)?;
+            let copied = self.event()?;
+            Ok::<_, CudaError>(PendingCall {
                 slot,
                 frames: s,
                 submitted,
@@ -938,17 +873,9 @@ impl GpuSession {
                 dino_end: front.done,
                 aggregator_start,
                 aggregator_end,
-                end: None,
-                copied: None,
-            };
-            if self.sc.profile_stages {
-                self.finish_on_side(&mut call, None)?;
-            } else {
-                // The camera head waits for the next call's aggregator (or `finish`), to run
-                // beside it instead of beside this call's depth head and the next DINO.
-                self.camera_deferred = Some(DeferredCamera { step, may_capture });
-            }
-            Ok::<_, CudaError>(call)
+                end,
+                copied,
+            })
         })();
         match result {
             Ok(mut call) => {
@@ -971,27 +898,18 @@ impl GpuSession {
 
     /// Waits for the oldest submitted call and returns its outputs.
     pub fn finish(&mut self) -> Result<GpuStepOutput, CudaError> {
-        if self.pending.len() == 1 {
-            // No next call to run its camera head beside: it runs now.
-            self.flush_camera()?;
-        }
         let call = self
             .pending
             .pop_front()
             .ok_or_else(|| CudaError::Invalid("finish without a submitted call".into()))?;
-        let (Some(end), Some(copied)) = (&call.end, &call.copied) else {
-            return Err(CudaError::Invalid(
-                "a call's points were never queued".into(),
-            ));
-        };
         let wait = Instant::now();
-        copied.synchronize()?;
+        call.copied.synchronize()?;
         let wait_ms = wait.elapsed().as_secs_f64() * 1e3;
         let collect = Instant::now();
         let mut out = self.read_slot(call.slot, call.frames)?;
         out.timing = StepTiming {
             wall_ms: call.submitted.elapsed().as_secs_f64() * 1e3,
-            gpu_ms: call.start.elapsed_ms(end)? as f64,
+            gpu_ms: call.start.elapsed_ms(&call.end)? as f64,
             preprocess_ms: call.preprocess_start.elapsed_ms(&call.start)? as f64,
             host_ms: call.host_ms,
             image_upload_ms: call.image_upload_ms,
@@ -1001,7 +919,7 @@ impl GpuSession {
             stages: call.stages,
             dino_ms: call.start.elapsed_ms(&call.dino_end)? as f64,
             aggregator_ms: call.aggregator_start.elapsed_ms(&call.aggregator_end)? as f64,
-            heads_ms: call.aggregator_end.elapsed_ms(end)? as f64,
+            heads_ms: call.aggregator_end.elapsed_ms(&call.end)? as f64,
             between_aggregators_ms: match &self.last_aggregator_end {
                 Some(last) => Some(last.elapsed_ms(&call.aggregator_start)? as f64),
                 None => None,
@@ -1013,62 +931,19 @@ impl GpuSession {
 
     /// Waits for every call in flight (their outputs stay to be finished); before anything that
     /// must not run under them.
-    fn drain_device(&mut self) -> Result<(), CudaError> {
-        self.flush_camera()?;
-        if let Some(copied) = self.pending.back().and_then(|c| c.copied.as_ref()) {
-            copied.synchronize()?;
+    fn drain_device(&self) -> Result<(), CudaError> {
+        if let Some(last) = self.pending.back() {
+            last.copied.synchronize()?;
         }
-        Ok(())
-    }
-
-    /// Queues the deferred camera head of the last submitted call, with its points and copies.
-    fn flush_camera(&mut self) -> Result<(), CudaError> {
-        let Some(camera) = self.camera_deferred.take() else {
-            return Ok(());
-        };
-        let mut call = self
-            .pending
-            .pop_back()
-            .ok_or_else(|| CudaError::Invalid("a deferred camera head without its call".into()))?;
-        let queued = self.finish_on_side(&mut call, Some(camera));
-        self.pending.push_back(call);
-        queued
-    }
-
-    /// Queues on the side stream, after everything queued on the main stream so far: the call's
-    /// camera head (unless it ran already), its points and its copies to the host.
-    fn finish_on_side(
-        &mut self,
-        call: &mut PendingCall,
-        camera: Option<DeferredCamera>,
-    ) -> Result<(), CudaError> {
-        self.side.stream.wait(&self.event()?)?;
-        if let Some(d) = camera {
-            let graph = self.run_part(Part::Camera, d.step, d.may_capture, &mut call.stages)?;
-            call.graph &= graph;
-        }
-        let points_start = self.side_event()?;
-        self.points(call.slot, call.frames)?;
-        let end = self.side_event()?;
-        if self.sc.profile_stages {
-            let ms = points_start.elapsed_ms(&end)? as f64;
-            call.stages.push(("points".to_owned(), ms));
-        }
-        self.queue_downloads(call.slot, call.frames)?;
-        call.copied = Some(self.side_event()?);
-        call.end = Some(end);
-        self.side_done = Some(self.side_event()?);
         Ok(())
     }
 
     /// Runs one part of a call: replays its graph, captures it (a streaming step whose kind ran
-    /// eagerly once: `may_capture`), or runs it eagerly (timing its stages when profiling).
-    /// True: a graph ran.
+    /// eagerly once), or runs it eagerly (timing its stages when profiling). True: a graph ran.
     fn run_part(
         &mut self,
         part: Part,
         step: PartStep,
-        may_capture: bool,
         stages: &mut Vec<(String, f64)>,
     ) -> Result<bool, CudaError> {
         let PartStep {
@@ -1079,8 +954,8 @@ impl GpuSession {
             graphable,
         } = step;
         let (part_ix, kind_ix) = (part as usize, usize::from(keyframe));
-        if graphable && self.graphs[part_ix][kind_ix].is_none() && may_capture {
-            let stream = Arc::clone(self.stream_of(part));
+        if graphable && self.graphs[part_ix][kind_ix].is_none() && self.warmed[kind_ix] {
+            let stream = Arc::clone(&self.dev.stream);
             self.graphs[part_ix][kind_ix] = capture_graph(&stream, || {
                 self.forward(part, s, committed, scale_frames, keyframe, None)
             })?;
@@ -1103,22 +978,6 @@ impl GpuSession {
             .dev
             .stream
             .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
-    }
-
-    /// An event at the side stream's current end.
-    fn side_event(&self) -> Result<CudaEvent, CudaError> {
-        Ok(self
-            .side
-            .stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
-    }
-
-    /// The stream a part's work is queued on.
-    fn stream_of(&self, part: Part) -> &Arc<cudarc::driver::CudaStream> {
-        match part {
-            Part::Aggregator | Part::Heads => &self.dev.stream,
-            Part::Camera => &self.side.stream,
-        }
     }
 }
 

@@ -52,10 +52,9 @@ pub(super) struct PendingCall {
     pub dino_end: CudaEvent,
     pub aggregator_start: CudaEvent,
     pub aggregator_end: CudaEvent,
-    /// After the points (side stream); None until they are queued.
-    pub end: Option<CudaEvent>,
-    /// After the last copy into the slot; None until it is queued.
-    pub copied: Option<CudaEvent>,
+    pub end: CudaEvent,
+    /// After the last copy into the slot.
+    pub copied: CudaEvent,
 }
 
 impl OutputSlot {
@@ -96,9 +95,7 @@ impl GpuSession {
     pub(super) fn queue_downloads(&mut self, slot: usize, s: usize) -> Result<(), CudaError> {
         let plane = self.shape.plane();
         let b = &self.bufs;
-        // On the side stream, after the call's points.
-        let dev = &self.side;
-        let rgb = b.rgb_of(slot, &self.shape)?;
+        let dev = &*self.dev;
         let o = &mut self.slots[slot];
         download_raw(
             dev,
@@ -127,7 +124,7 @@ impl GpuSession {
         )?;
         download_raw(
             dev,
-            rgb.slice(0, s * 3 * plane)?,
+            b.rgb.slice(0, s * 3 * plane)?,
             &mut o.model_rgb.as_mut_slice()?[..s * 3 * plane],
         )?;
         if self.sc.download_maps {
