@@ -29,7 +29,6 @@
 // Shared helpers (bf16, reductions, GELU) come from common.cuh.
 
 #include "common.cuh"
-#include "mma.cuh"
 
 // Threads of the attention kernel; its combine across warps needs head_dim <= ATT_THREADS.
 #define ATT_WARPS 4
@@ -309,31 +308,7 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
     }
 }
 
-// D > 0: each lane copies its chunks with cp.async into a ring of D batches per warp in shared
-// memory (after the prologue's x tile), D - 1 batches ahead of the one it multiplies, across
-// the ends of its columns; D = 0: registers, one batch at a time.
-template <int NC, int U, int D>
-__device__ __forceinline__ void lin_issue(Chunk8* ring, const LinArgs& a, u32 t, u32 total, u32 nb,
-                                          u32 g0, u32 gstride, u32 lane, u32 nchunks) {
-    if (t < total) {
-        const u32 i = t / nb, j = t - i * nb;
-        const u32 gg = g0 + i * gstride;
-        Chunk8* slot = ring + (t % D) * (NC * U * 32);
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-            const u16* wr = a.w + (u64)(gg + c * a.group_stride) * a.k;
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const u32 idx = j * 32 * U + u * 32 + lane;
-                if (idx < nchunks)
-                    cp_async_16(smem_addr(slot + (c * U + u) * 32 + lane), wr + (u64)idx * 8, true);
-            }
-        }
-    }
-    cp_async_commit();
-}
-
-template <int M, int NC, int U, int D = 0>
+template <int M, int NC, int U>
 __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     __shared__ float red[8 * 32];
     __shared__ float bred[LIN_WARPS][8][SPEC_POSE_ENC_LEN];
@@ -353,21 +328,7 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
 
     // The first batch of weights, in flight during the prologue.
     Chunk8 wb[NC][U];
-    // Ring mode: this warp's ring after the prologue's x tile; its batches in order t = i * nb +
-    // j (the warp's i-th column group, batch j of nb), the first D - 1 issued before the
-    // prologue.
-    const u32 nb = (nchunks + 32 * U - 1) / (32 * U);
-    const u32 my_groups = g < a.groups ? (a.groups - 1 - g) / nwarps_total + 1 : 0;
-    const u32 total = vec ? my_groups * nb : 0;
-    Chunk8* ring = (Chunk8*)(xs + (a.prologue != LIN_PRO_NONE ? (u64)M * K : 0)) +
-                   (u64)warp * (D > 0 ? D : 1) * NC * U * 32;
-    if constexpr (D > 0) {
-#pragma unroll
-        for (int t = 0; t < D - 1; ++t)
-            lin_issue<NC, U, D>(ring, a, t, total, nb, g, nwarps_total, lane, nchunks);
-    } else {
-        if (vec && g < a.groups) lin_load<NC, U>(wb, a, g, 0, lane, nchunks);
-    }
+    if (vec && g < a.groups) lin_load<NC, U>(wb, a, g, 0, lane, nchunks);
 
     // x rows: shared memory (prologue) or global. Dead rows of the tile (r >= nr) read zeros
     // (shared) or row 0 again (global); their results are dropped.
@@ -456,60 +417,6 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     float bacc[SPEC_POSE_ENC_LEN];  // pose branch: this lane's row's delta contributions
 #pragma unroll
     for (int o = 0; o < SPEC_POSE_ENC_LEN; ++o) bacc[o] = 0.f;
-
-    if constexpr (D > 0) {
-        if (vec) {
-            float acc[NC][M];
-#pragma unroll
-            for (int c = 0; c < NC; ++c)
-#pragma unroll
-                for (int r = 0; r < M; ++r) acc[c][r] = 0.f;
-            for (u32 t = 0; t < total; ++t) {
-                lin_issue<NC, U, D>(ring, a, t + D - 1, total, nb, g, nwarps_total, lane, nchunks);
-                // Every group but the newest D - 1 has landed: batch t is in (a lane reads only
-                // the chunks it copied itself, so no barrier).
-                cp_async_wait<D - 1>();
-                const u32 i = t / nb, j = t - i * nb;
-                const Chunk8* slot = ring + (t % D) * (NC * U * 32);
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const u32 idx = j * 32 * U + u * 32 + lane;
-                    if (idx < nchunks) {
-                        float wf[NC][8];
-#pragma unroll
-                        for (int c = 0; c < NC; ++c) unpack8(slot[(c * U + u) * 32 + lane], wf[c]);
-#pragma unroll
-                        for (int r = 0; r < M; ++r) {
-                            float xf[8];
-                            unpack8(*(const Chunk8*)(xrow[r] + (u64)idx * 8), xf);
-#pragma unroll
-                            for (int c = 0; c < NC; ++c)
-#pragma unroll
-                                for (int e = 0; e < 8; ++e)
-                                    acc[c][r] = fmaf(wf[c][e], xf[e], acc[c][r]);
-                        }
-                    }
-                }
-                if (j == nb - 1) {
-                    float v[NC];
-#pragma unroll
-                    for (int c = 0; c < NC; ++c) {
-                        v[c] = 0.f;
-#pragma unroll
-                        for (int r = 0; r < M; ++r) {
-                            const float tt = warp_sum(acc[c][r]);
-                            if (lane == (u32)r) v[c] = tt;
-                            acc[c][r] = 0.f;
-                        }
-                    }
-                    if (lane < nr)
-                        lin_epilogue<NC>(a, g + i * nwarps_total, row0 + lane, v, cache_len, bacc);
-                }
-            }
-            cp_async_wait<0>();
-            g = a.groups;  // done: the loop below has nothing left
-        }
-    }
 
     bool loaded = vec;
     for (; g < a.groups; g += nwarps_total) {
@@ -614,11 +521,6 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
         extern __shared__ __align__(16) u16 lin_xs[];                                 \
         linear_body<M, NC, U>(a, lin_xs);                                             \
     }
-#define LIN_RING_ENTRY(name, M, NC, U, D)                                             \
-    extern "C" __global__ void __launch_bounds__(LIN_THREADS, 2) name(const LinArgs a) { \
-        extern __shared__ __align__(16) u16 lin_xs[];                                 \
-        linear_body<M, NC, U, D>(a, lin_xs);                                          \
-    }
 // Four chunks a lane per batch (a warp streams 2 KB of a weight row at a time): measured on the
 // H200 against eight (4 KB), the camera head's four trunk shapes took 49.8 us a block instead of
 // 55.0, at the same three CTAs an SM. Prefetching the next batch while the current one is
@@ -632,12 +534,6 @@ LIN_ENTRY(cam_linear3_m1, 1, 3, 4)
 LIN_ENTRY(cam_linear3_m2, 2, 3, 4)
 LIN_ENTRY(cam_linear3_m4, 4, 3, 4)
 LIN_ENTRY(cam_linear3_m8, 8, 3, 4)
-// EXPERIMENT: cp.async rings.
-LIN_RING_ENTRY(cam_linear_m1_r2, 1, 1, 4, 2)
-LIN_RING_ENTRY(cam_linear_m1_r4, 1, 1, 4, 4)
-LIN_RING_ENTRY(cam_linear_m1_r6, 1, 1, 4, 6)
-LIN_RING_ENTRY(cam_linear3_m1_r2, 1, 3, 4, 2)
-LIN_RING_ENTRY(cam_linear3_m1_r3, 1, 3, 4, 3)
 
 // ---------------------------------------------------------------------------------------------
 // Attention of the frames' queries over cache[0 .. cache_len) followed by the current frames'

@@ -25,8 +25,8 @@ use half::bf16;
 use crate::backend::cuda::arena::DevPtr;
 use crate::backend::cuda::small_m::{
     EPI_BF16, EPI_BF16_GELU, EPI_BRANCH, EPI_MODULATE, EPI_RESID, LIN_MAX_TILE, LIN_SMEM_LIMIT,
-    LIN_WARPS, LinArgs, PRO_EMBED, PRO_LN, launch_linear, lin_name, lin_resident_ctas,
-    lin_ring_bytes, lin_tile, u32_of,
+    LIN_WARPS, LinArgs, PRO_EMBED, PRO_LN, launch_linear, lin_name, lin_resident_ctas, lin_tile,
+    u32_of,
 };
 use crate::backend::cuda::{CudaDevice, CudaError};
 use crate::model::camera_head::CameraHead;
@@ -245,11 +245,7 @@ impl GpuCameraHead {
         for (nc, row) in lin_resident.iter_mut().enumerate() {
             for (t, r) in row.iter_mut().enumerate() {
                 let tile = 1usize << t;
-                *r = lin_resident_ctas(
-                    dev,
-                    lin_name(nc == 1, tile),
-                    tile * width * 2 + lin_ring_bytes(nc == 1, tile),
-                )?;
+                *r = lin_resident_ctas(dev, lin_name(nc == 1, tile), tile * width * 2)?;
             }
         }
         // Row tiles of a call and the pose branch's CTAs (partial sums per tile and CTA).

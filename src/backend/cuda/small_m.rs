@@ -107,38 +107,7 @@ pub(crate) fn lin_tile(rows: usize, k: usize, prologue: bool) -> Result<usize, C
     Ok(tile)
 }
 
-/// EXPERIMENT (temporary): the cp.async ring depth of the one-row entry points.
-pub(crate) fn lin_ring(nc3: bool) -> usize {
-    let var = if nc3 {
-        "STREAMRECON_CAM_RING3"
-    } else {
-        "STREAMRECON_CAM_RING"
-    };
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Shared memory of the ring of an entry point (0 without one).
-pub(crate) fn lin_ring_bytes(nc3: bool, tile: usize) -> usize {
-    if tile != 1 {
-        return 0;
-    }
-    LIN_WARPS * lin_ring(nc3) * if nc3 { 3 } else { 1 } * 4 * 32 * 16
-}
-
 pub(crate) fn lin_name(nc3: bool, tile: usize) -> &'static str {
-    if tile == 1 {
-        match (nc3, lin_ring(nc3)) {
-            (false, 2) => return "cam_linear_m1_r2",
-            (false, 4) => return "cam_linear_m1_r4",
-            (false, 6) => return "cam_linear_m1_r6",
-            (true, 2) => return "cam_linear3_m1_r2",
-            (true, 3) => return "cam_linear3_m1_r3",
-            _ => {}
-        }
-    }
     match (nc3, tile) {
         (false, 1) => "cam_linear_m1",
         (false, 2) => "cam_linear_m2",
@@ -158,19 +127,8 @@ pub(crate) fn lin_resident_ctas(
     smem: usize,
 ) -> Result<usize, CudaError> {
     let f = dev.kernels.get(name)?;
-    allow_smem(&f, smem)?;
     let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(LIN_THREADS, smem, None)?;
     Ok((per_sm.max(1) * dev.info.sm_count.max(1)) as usize)
-}
-
-fn allow_smem(f: &cudarc::driver::CudaFunction, smem: usize) -> Result<(), CudaError> {
-    if smem > 48 * 1024 {
-        f.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem as i32,
-        )?;
-    }
-    Ok(())
 }
 
 /// CTAs along x for `groups` column groups: one group per warp when they all fit at once, else
@@ -203,7 +161,7 @@ pub(crate) unsafe fn launch_linear(
     let prologue = a.prologue != PRO_NONE;
     let tile = lin_tile(rows, k, prologue)?;
     let name = lin_name(nc3, tile);
-    let smem = if prologue { tile * k * 2 } else { 0 } + lin_ring_bytes(nc3, tile);
+    let smem = if prologue { tile * k * 2 } else { 0 };
     if nc3 {
         if !n.is_multiple_of(3) {
             return Err(invalid(
@@ -230,7 +188,6 @@ pub(crate) unsafe fn launch_linear(
         shared_mem_bytes: smem as u32,
     };
     let f = dev.kernels.get(name)?;
-    allow_smem(&f, smem)?;
     let mut b = dev.stream.launch_builder(f);
     b.arg(&a);
     // SAFETY: the caller guarantees the buffers behind `a`; the struct matches the kernel's.
