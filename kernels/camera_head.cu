@@ -308,7 +308,18 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
     }
 }
 
-template <int M, int NC, int U>
+// The sweep form (R > 0; one row, one column a group, k = 2048 R): the CTA owns the contiguous
+// columns [c0, c1) of a grid that splits n evenly, so its weight rows are one contiguous block,
+// and its 256 threads walk that block in address order, U x 16 bytes a thread a batch (U / R
+// whole rows), the next batch in flight while the current one is multiplied. A thread always
+// meets the same R chunks of x, kept in registers. Warp sums of each row go to shared memory
+// (at most SWEEP_MAX_ROWS rows a CTA), one thread a row adds them and runs the epilogue. Against
+// a warp per column, whose warps stream rows 4 or 16 KB apart all over the matrix, the camera
+// head took 1.25 ms instead of 1.35 (docs/gpu-model.md). Not for the pose branch, whose
+// epilogue reduces across its warps.
+#define SWEEP_MAX_ROWS 64
+
+template <int M, int NC, int U, int R = 0>
 __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     __shared__ float red[8 * 32];
     __shared__ float bred[LIN_WARPS][8][SPEC_POSE_ENC_LEN];
@@ -328,7 +339,23 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
 
     // The first batch of weights, in flight during the prologue.
     Chunk8 wb[NC][U];
-    if (vec && g < a.groups) lin_load<NC, U>(wb, a, g, 0, lane, nchunks);
+    if (R == 0 && vec && g < a.groups) lin_load<NC, U>(wb, a, g, 0, lane, nchunks);
+    // Sweep form: the CTA's columns, and its first batch issued before the prologue too.
+    constexpr int RR = R > 0 ? R : 1;
+    const u32 sw_c0 = (u32)(((u64)blockIdx.x * a.n) / gridDim.x);
+    const u32 sw_c1 = (u32)(((u64)(blockIdx.x + 1) * a.n) / gridDim.x);
+    Chunk8 sw_cur[U];
+    auto sw_load = [&](Chunk8 (&b)[U], u32 row) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const u32 r = row + u / RR;
+            if (r < sw_c1)
+                b[u] = ld_stream(a.w + (u64)r * K + (u64)((u % RR) * 256 + threadIdx.x) * 8);
+        }
+    };
+    if constexpr (R > 0) {
+        if (sw_c0 < sw_c1) sw_load(sw_cur, sw_c0);
+    }
 
     // x rows: shared memory (prologue) or global. Dead rows of the tile (r >= nr) read zeros
     // (shared) or row 0 again (global); their results are dropped.
@@ -417,6 +444,46 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     float bacc[SPEC_POSE_ENC_LEN];  // pose branch: this lane's row's delta contributions
 #pragma unroll
     for (int o = 0; o < SPEC_POSE_ENC_LEN; ++o) bacc[o] = 0.f;
+
+    if constexpr (R > 0) {
+        __shared__ float sw_part[SWEEP_MAX_ROWS][LIN_WARPS];
+        constexpr int G = U / R;
+        const u32 t = threadIdx.x;
+        const u32 c0 = sw_c0, c1 = sw_c1;
+        float xf[R][8];
+#pragma unroll
+        for (int j = 0; j < R; ++j) unpack8(*(const Chunk8*)(xrow[0] + (u64)(j * 256 + t) * 8), xf[j]);
+        Chunk8 nxt[U];
+        Chunk8 (&cur)[U] = sw_cur;
+        for (u32 row = c0; row < c1; row += G) {
+            if (row + G < c1) sw_load(nxt, row + G);
+            float acc[G];
+#pragma unroll
+            for (int q = 0; q < G; ++q) acc[q] = 0.f;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                float wf[8];
+                unpack8(cur[u], wf);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[u / R] = fmaf(wf[e], xf[u % R][e], acc[u / R]);
+            }
+#pragma unroll
+            for (int q = 0; q < G; ++q) {
+                const float v = warp_sum(acc[q]);
+                if (lane == 0 && row + q < c1) sw_part[row + q - c0][warp] = v;
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) cur[u] = nxt[u];
+        }
+        __syncthreads();
+        if (t < c1 - c0) {
+            float v = 0.f;
+#pragma unroll
+            for (int w = 0; w < LIN_WARPS; ++w) v += sw_part[t][w];
+            lin_epilogue<1>(a, c0 + t, 0, &v, cache_len, bacc);
+        }
+        return;
+    }
 
     bool loaded = vec;
     for (; g < a.groups; g += nwarps_total) {
@@ -534,6 +601,15 @@ LIN_ENTRY(cam_linear3_m1, 1, 3, 4)
 LIN_ENTRY(cam_linear3_m2, 2, 3, 4)
 LIN_ENTRY(cam_linear3_m4, 4, 3, 4)
 LIN_ENTRY(cam_linear3_m8, 8, 3, 4)
+// Sweep entry points (one row, k = 2048 R): grid = (CTAs, 1), the columns split evenly over
+// them, at most SWEEP_MAX_ROWS a CTA; dynamic shared memory as the general entries.
+#define LIN_SWEEP_ENTRY(name, R)                                                      \
+    extern "C" __global__ void __launch_bounds__(LIN_THREADS, 2) name(const LinArgs a) { \
+        extern __shared__ __align__(16) u16 lin_xs[];                                 \
+        linear_body<1, 1, 4, R>(a, lin_xs);                                           \
+    }
+LIN_SWEEP_ENTRY(cam_sweep_k2048, 1)
+LIN_SWEEP_ENTRY(cam_sweep_k8192, 4)
 
 // ---------------------------------------------------------------------------------------------
 // Attention of the frames' queries over cache[0 .. cache_len) followed by the current frames'

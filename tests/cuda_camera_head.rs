@@ -327,8 +327,8 @@ fn erf_f64(x: f64) -> f64 {
 
 /// The small-m linear kernel (y = x wᵀ + b, bf16 operands, f32 accumulation) against f64 on the
 /// same bf16 values, for 1, 3 and 8 rows and the head's shapes plus ragged ones (k = 1000: a chunk
-/// count that is no multiple of a warp's; k = 1001: unaligned rows, the scalar path; n = 37), in
-/// its f32, bf16 and bf16-GELU outputs.
+/// count that is no multiple of a warp's; k = 1001: unaligned rows, the scalar path; n = 37; one
+/// row at k = 2048 and 8192: the sweep form), in its f32, bf16 and bf16-GELU outputs.
 #[test]
 fn small_m_linear_matches_f64() {
     let Some(dev) = device() else { return };
@@ -340,6 +340,11 @@ fn small_m_linear_matches_f64() {
         (4096, 1024, 4096),
         (1000, 37, 1008),
         (1001, 37, 1001),
+        // The sweep form for one row (k = 2048 and 8192): fewer columns than CTAs, and column
+        // counts that split unevenly over the grid.
+        (2048, 37, 2048),
+        (2048, 2053, 2048),
+        (8192, 1031, 8192),
     ];
     for &(k, n, stride) in &shapes {
         let a = (3.0 / k as f32).sqrt();

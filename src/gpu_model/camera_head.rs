@@ -25,8 +25,8 @@ use half::bf16;
 use crate::backend::cuda::arena::DevPtr;
 use crate::backend::cuda::small_m::{
     EPI_BF16, EPI_BF16_GELU, EPI_BRANCH, EPI_MODULATE, EPI_RESID, LIN_MAX_TILE, LIN_SMEM_LIMIT,
-    LIN_WARPS, LinArgs, PRO_EMBED, PRO_LN, launch_linear, lin_name, lin_resident_ctas, lin_tile,
-    u32_of,
+    LIN_WARPS, LinArgs, LinResident, PRO_EMBED, PRO_LN, SWEEP_ENTRIES, launch_linear, lin_name,
+    lin_resident_ctas, lin_tile, u32_of,
 };
 use crate::backend::cuda::{CudaDevice, CudaError};
 use crate::model::camera_head::CameraHead;
@@ -89,7 +89,7 @@ pub struct GpuCameraHead {
     capacity: usize,
     splits: usize,
     /// Resident CTAs of the linear kernel on the whole GPU, `[nc3][log2 tile]`.
-    lin_resident: [[usize; 4]; 2],
+    lin_resident: LinResident,
 
     cache_k: CudaSlice<bf16>,
     cache_v: CudaSlice<bf16>,
@@ -241,13 +241,18 @@ impl GpuCameraHead {
         let cache_elems = iterations * layers * cache_capacity_frames * width;
 
         // Resident CTAs of each linear entry point (with the largest prologue tile it gets).
-        let mut lin_resident = [[0usize; 4]; 2];
-        for (nc, row) in lin_resident.iter_mut().enumerate() {
+        let mut general = [[0usize; 4]; 2];
+        for (nc, row) in general.iter_mut().enumerate() {
             for (t, r) in row.iter_mut().enumerate() {
                 let tile = 1usize << t;
                 *r = lin_resident_ctas(dev, lin_name(nc == 1, tile), tile * width * 2)?;
             }
         }
+        let mut sweep = [0usize; 2];
+        for (r, (_, name)) in sweep.iter_mut().zip(SWEEP_ENTRIES) {
+            *r = lin_resident_ctas(dev, name, width * 2)?;
+        }
+        let lin_resident = LinResident { general, sweep };
         // Row tiles of a call and the pose branch's CTAs (partial sums per tile and CTA).
         let max_tiles = (1..=m)
             .map(|rows| lin_tile(rows, width, true).map(|t| rows.div_ceil(t)))

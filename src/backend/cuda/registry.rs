@@ -134,6 +134,8 @@ pub const SOURCES: &[KernelSource] = &[
             "cam_linear3_m2",
             "cam_linear3_m4",
             "cam_linear3_m8",
+            "cam_sweep_k2048",
+            "cam_sweep_k8192",
             "cam_attention_partial",
         ],
         hopper_only: false,

@@ -131,6 +131,41 @@ pub(crate) fn lin_resident_ctas(
     Ok((per_sm.max(1) * dev.info.sm_count.max(1)) as usize)
 }
 
+/// The sweep entry points by k (`cam_sweep_k*` in camera_head.cu) and the most columns one of
+/// their CTAs takes (its `SWEEP_MAX_ROWS`).
+pub(crate) const SWEEP_ENTRIES: [(usize, &str); 2] =
+    [(2048, "cam_sweep_k2048"), (8192, "cam_sweep_k8192")];
+const SWEEP_MAX_ROWS: usize = 64;
+
+/// The sweep entry point of a launch and its index in [`SWEEP_ENTRIES`], where it has one: one
+/// row, one column a group, a k it is built for, aligned operands, not the pose branch (whose
+/// epilogue reduces over the warps of the general form).
+fn sweep_name(a: &LinArgs, nc3: bool, tile: usize) -> Option<(&'static str, usize)> {
+    let aligned = a.w.is_multiple_of(16) && (a.prologue != PRO_NONE || a.x.is_multiple_of(16));
+    if tile != 1 || nc3 || a.epilogue == EPI_BRANCH || !aligned {
+        return None;
+    }
+    SWEEP_ENTRIES
+        .iter()
+        .position(|&(k, _)| k == a.k as usize)
+        .map(|i| (SWEEP_ENTRIES[i].1, i))
+}
+
+/// CTAs of a sweep launch over `n` columns: every resident one, fewer when there are fewer
+/// columns, more when a CTA would get more columns than it has room for.
+fn sweep_grid_x(n: usize, resident: usize) -> usize {
+    resident.min(n).max(n.div_ceil(SWEEP_MAX_ROWS)).max(1)
+}
+
+/// Resident CTAs of the linear kernel's entry points, measured once by their user.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LinResident {
+    /// By [NC = 3][log2 row tile].
+    pub(crate) general: [[usize; 4]; 2],
+    /// By [`SWEEP_ENTRIES`] index.
+    pub(crate) sweep: [usize; 2],
+}
+
 /// CTAs along x for `groups` column groups: one group per warp when they all fit at once, else
 /// the fewest waves of resident CTAs, evened out so every warp walks the same number of groups.
 fn lin_grid_x(groups: usize, resident: usize) -> usize {
@@ -150,7 +185,7 @@ pub(crate) unsafe fn launch_linear(
     dev: &CudaDevice,
     mut a: LinArgs,
     nc3: bool,
-    resident: Option<&[[usize; 4]; 2]>,
+    resident: Option<&LinResident>,
 ) -> Result<(), CudaError> {
     let (rows, n, k) = (a.rows as usize, a.n as usize, a.k as usize);
     if rows == 0 || n == 0 || k == 0 {
@@ -174,16 +209,20 @@ pub(crate) unsafe fn launch_linear(
         a.groups = n as u32;
         a.group_stride = 0;
     }
-    let resident = match resident {
-        Some(r) => r[usize::from(nc3)][tile.trailing_zeros() as usize],
-        None => lin_resident_ctas(dev, name, smem)?,
+    let sweep = sweep_name(&a, nc3, tile);
+    let name = sweep.map_or(name, |(name, _)| name);
+    let resident = match (resident, sweep) {
+        (Some(r), None) => r.general[usize::from(nc3)][tile.trailing_zeros() as usize],
+        (Some(r), Some((_, i))) => r.sweep[i],
+        (None, _) => lin_resident_ctas(dev, name, smem)?,
+    };
+    let grid_x = if sweep.is_some() {
+        sweep_grid_x(n, resident)
+    } else {
+        lin_grid_x(a.groups as usize, resident)
     };
     let cfg = LaunchConfig {
-        grid_dim: (
-            lin_grid_x(a.groups as usize, resident) as u32,
-            rows.div_ceil(tile) as u32,
-            1,
-        ),
+        grid_dim: (grid_x as u32, rows.div_ceil(tile) as u32, 1),
         block_dim: (LIN_THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
