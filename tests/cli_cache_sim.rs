@@ -99,3 +99,50 @@ fn bad_values_are_named_and_exit_nonzero() {
         "{err}"
     );
 }
+
+/// A reader that stops early (`cache-sim … | head`) ends the simulation at once, quietly: a
+/// stream of a trillion frames would otherwise keep the process simulating for days after its
+/// output went nowhere.
+#[test]
+fn a_reader_that_stops_ends_the_simulation() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamrecon"))
+        .args([
+            "cache-sim",
+            "--frames",
+            "1000000000000",
+            "--patches-per-frame",
+            "12",
+            "--on-special-full",
+            "drop-oldest",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the streamrecon binary runs");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut first)
+        .expect("a first line");
+    // The reader (and with it the pipe) is gone here.
+    let v: serde_json::Value = serde_json::from_str(&first).expect("a JSON line");
+    assert_eq!(v["frame"], 8);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for cache-sim") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            child.kill().ok();
+            panic!("cache-sim kept simulating after its reader went away");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "exit {status:?}: {stderr}");
+    assert!(stderr.is_empty(), "a closed reader is no error: {stderr}");
+}

@@ -130,7 +130,10 @@ proptest! {
             _ => Some(page_any),
         };
         let mut got = Vec::new();
-        simulate(&sim_args(frames, scale, window, interval, patches, page), |l| got.push(l)).unwrap();
+        simulate(&sim_args(frames, scale, window, interval, patches, page), |l| {
+            got.push(l);
+            std::ops::ControlFlow::Continue(())
+        }).unwrap();
         let expected = naive_lines(frames, scale, window, interval, patches as u64, page.unwrap_or(patches) as u64);
         prop_assert_eq!(got, expected);
     }

@@ -3,6 +3,7 @@
 //! line), or the totals.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 
 use anyhow::Context;
 
@@ -101,22 +102,30 @@ pub fn run(args: CacheSimArgs) -> anyhow::Result<()> {
         serde_json::to_writer_pretty(&mut out, &summarize(&config).map_err(in_flag_terms)?)?;
         writeln!(out)?;
     } else {
-        // The first write error is kept and reported once the simulation returns.
+        // A write error ends the simulation (the stream may be long); a reader that stopped
+        // reading (`| head`) is a normal end, anything else is reported.
         let mut write_error: Option<std::io::Error> = None;
         simulate(&config, |line| {
-            if write_error.is_none()
-                && let Err(e) = serde_json::to_writer(&mut out, &line)
-                    .map_err(std::io::Error::from)
-                    .and_then(|()| writeln!(out))
+            match serde_json::to_writer(&mut out, &line)
+                .map_err(std::io::Error::from)
+                .and_then(|()| writeln!(out))
             {
-                write_error = Some(e);
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => {
+                    write_error = Some(e);
+                    ControlFlow::Break(())
+                }
             }
         })
         .map_err(in_flag_terms)?;
-        if let Some(e) = write_error {
-            return Err(e).context("writing to standard output");
+        match write_error {
+            Some(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            Some(e) => return Err(e).context("writing to standard output"),
+            None => {}
         }
     }
-    out.flush()?;
-    Ok(())
+    match out.flush() {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        flushed => flushed.context("writing to standard output"),
+    }
 }

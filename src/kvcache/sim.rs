@@ -2,6 +2,7 @@
 //! sees (`streamrecon cache-sim`, and the property tests that check the rules).
 
 use serde::Serialize;
+use std::ops::ControlFlow;
 
 use super::{CacheConfig, CacheError, PageTable, SpecialPoolFull, StepKind, StepPlan};
 
@@ -98,9 +99,12 @@ pub fn is_keyframe(index: u64, scale_frames: u64, keyframe_interval: u64) -> boo
     keyframe_interval <= 1 || (index - scale_frames).is_multiple_of(keyframe_interval)
 }
 
-/// Runs the simulation and calls `each` for every phase-2 step; returns the table as the
-/// stream left it.
-pub fn simulate(config: &SimConfig, mut each: impl FnMut(StepLine)) -> Result<PageTable, SimError> {
+/// Runs the simulation and calls `each` for every phase-2 step, until `each` breaks (a reader
+/// that went away: the stream may be long); returns the table as the stream left it.
+pub fn simulate(
+    config: &SimConfig,
+    mut each: impl FnMut(StepLine) -> ControlFlow<()>,
+) -> Result<PageTable, SimError> {
     let mut cfg = CacheConfig::new(
         config.layers,
         config.heads,
@@ -131,8 +135,11 @@ pub fn simulate(config: &SimConfig, mut each: impl FnMut(StepLine)) -> Result<Pa
         let step = table
             .begin_step(frame..frame + 1, kind)
             .map_err(step_error)?;
-        each(StepLine::from_step(step, special_tokens));
+        let flow = each(StepLine::from_step(step, special_tokens));
         table.end_step().map_err(step_error)?;
+        if flow.is_break() {
+            break;
+        }
     }
     Ok(table)
 }
@@ -155,6 +162,7 @@ pub fn summarize(config: &SimConfig) -> Result<SimSummary, SimError> {
         summary.max_kv_tokens = summary.max_kv_tokens.max(line.kv_tokens);
         summary.last_kv_tokens = line.kv_tokens;
         summary.max_pages_in_use = summary.max_pages_in_use.max(line.pages_in_use);
+        ControlFlow::Continue(())
     })?;
     let stats = table.stats();
     summary.page_size = stats.page_size;
