@@ -220,3 +220,150 @@ impl KernelRegistry {
         &self.origins
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SOURCES;
+    use std::collections::BTreeSet;
+
+    /// `src` without comments, macro continuations joined into one line.
+    fn code_lines(src: &str) -> Vec<String> {
+        let mut code = String::with_capacity(src.len());
+        let mut rest = src;
+        while !rest.is_empty() {
+            if let Some(after) = rest.strip_prefix("//") {
+                rest = after.find('\n').map_or("", |i| &after[i..]);
+            } else if let Some(after) = rest.strip_prefix("/*") {
+                rest = after.find("*/").map_or("", |i| &after[i + 2..]);
+            } else {
+                let c = rest.chars().next().unwrap_or_default();
+                code.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        code.replace("\\\n", " ")
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The name an `extern "C" __global__` definition in `text` gives its kernel: the identifier
+    /// after `void` and an optional `__launch_bounds__(…)`.
+    fn kernel_names(text: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        for (at, _) in text.match_indices("extern \"C\" __global__") {
+            let mut t = text[at..]["extern \"C\" __global__".len()..].trim_start();
+            t = t.strip_prefix("void").unwrap_or(t).trim_start();
+            if let Some(after) = t.strip_prefix("__launch_bounds__") {
+                let mut depth = 0;
+                let end = after
+                    .char_indices()
+                    .find(|&(_, c)| {
+                        depth += match c {
+                            '(' => 1,
+                            ')' => -1,
+                            _ => 0,
+                        };
+                        depth == 0 && c == ')'
+                    })
+                    .map_or(after.len(), |(i, _)| i + 1);
+                t = after[end..].trim_start();
+            }
+            let name: String = t
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            names.push(name);
+        }
+        names
+    }
+
+    /// Arguments of a macro invocation `NAME(a, b(c, d), e)`, split at the top level.
+    fn macro_args(call: &str) -> Vec<String> {
+        let inner = call.split_once('(').map_or("", |(_, r)| r);
+        let (mut depth, mut arg, mut args) = (0, String::new(), Vec::new());
+        for c in inner.chars() {
+            match c {
+                '(' => depth += 1,
+                ')' if depth == 0 => break,
+                ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    args.push(arg.trim().to_owned());
+                    arg.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            arg.push(c);
+        }
+        args.push(arg.trim().to_owned());
+        args
+    }
+
+    /// Every kernel a source file defines, written out or through a macro whose parameter
+    /// names it.
+    fn defined_kernels(src: &str) -> BTreeSet<String> {
+        let lines = code_lines(src);
+        let mut defined = BTreeSet::new();
+        // Macros that define a kernel: name -> index of the parameter that names it.
+        let mut makers = Vec::new();
+        // Written-out definitions may span lines: searched in the code without directives.
+        let plain: Vec<&str> = lines
+            .iter()
+            .map(String::as_str)
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect();
+        defined.extend(kernel_names(&plain.join("\n")));
+        for line in &lines {
+            let Some(def) = line.trim_start().strip_prefix("#define ") else {
+                continue;
+            };
+            let (head, body) = def.split_once(')').unwrap_or((def, ""));
+            let Some((macro_name, params)) = head.split_once('(') else {
+                continue;
+            };
+            let params: Vec<&str> = params.split(',').map(str::trim).collect();
+            for kernel in kernel_names(body) {
+                if let Some(i) = params.iter().position(|p| *p == kernel) {
+                    makers.push((macro_name.trim().to_owned(), i));
+                }
+            }
+        }
+        for line in &lines {
+            let line = line.trim_start();
+            for (maker, i) in &makers {
+                if line.starts_with(&format!("{maker}(")) {
+                    defined.insert(macro_args(line)[*i].clone());
+                }
+            }
+        }
+        defined
+    }
+
+    /// An entry point the registry does not list fails only on the GPU, at its first launch;
+    /// one it lists that the source lacks fails every load. Both are caught here, without a GPU.
+    #[test]
+    fn every_kernel_defined_is_registered_and_every_registered_one_defined() {
+        for src in SOURCES {
+            let defined = defined_kernels(src.source);
+            let registered: BTreeSet<String> = src.entry_points().map(str::to_owned).collect();
+            assert!(!defined.is_empty(), "{}: no kernels found", src.name);
+            assert_eq!(
+                defined, registered,
+                "{}.cu: kernels defined (left) against entry points registered (right)",
+                src.name
+            );
+        }
+    }
+
+    #[test]
+    fn a_kernel_made_by_a_macro_is_found_by_its_naming_parameter() {
+        let src = "#define MAKE(A, name) \\\n extern \"C\" __global__ void \
+                   __launch_bounds__(f(1), 2) name(int x) { body<A>(x); }\n\
+                   // MAKE(commented, out)\n\
+                   MAKE(8, made_one)\n\
+                   extern \"C\" __global__ void plain(int y) {}\n";
+        let found: Vec<String> = defined_kernels(src).into_iter().collect();
+        assert_eq!(found, ["made_one", "plain"]);
+    }
+}
