@@ -88,7 +88,7 @@ pub struct GpuCameraHead {
     max_frames: usize,
     capacity: usize,
     splits: usize,
-    /// Resident CTAs of the linear kernel on the whole GPU, `[nc3][log2 tile]`.
+    /// Resident CTAs of the linear kernel's entry points on the whole GPU.
     lin_resident: LinResident,
 
     cache_k: CudaSlice<bf16>,

@@ -1,9 +1,10 @@
 //! The small-m linear layer (kernels/camera_head.cu's `cam_linear_*`): `y = x wᵀ + b` for a
 //! handful of rows, streaming bf16 weights over every SM (one warp per output column; one row
 //! at k = 2048 or 8192 takes the sweep form `cam_sweep_k*`, a CTA per contiguous block of
-//! columns reading its weights in address order), with fused prologues (LayerNorm, the pose embedding) and epilogues (bias, GELU, residual,
-//! modulation, K/V append, the pose branch). cuBLASLt is latency-bound at m = 1; this is not.
-//! The camera head is its main user; [`small_m_linear`] exposes the plain layer.
+//! columns reading its weights in address order), with fused prologues (LayerNorm, the pose
+//! embedding) and epilogues (bias, GELU, residual, modulation, K/V append, the pose branch).
+//! cuBLASLt is latency-bound at m = 1; this is not. The camera head is its main user;
+//! [`small_m_linear`] exposes the plain layer.
 
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use half::bf16;
