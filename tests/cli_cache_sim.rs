@@ -1,13 +1,10 @@
 //! The `streamrecon` binary: cache-sim output and bad input.
 
+mod common;
+
 use std::process::Command;
 
-fn streamrecon(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_streamrecon"))
-        .args(args)
-        .output()
-        .expect("the streamrecon binary runs")
-}
+use common::streamrecon;
 
 #[test]
 fn cache_sim_prints_one_json_line_per_phase2_step() {
@@ -107,7 +104,7 @@ fn bad_values_are_named_and_exit_nonzero() {
 fn a_reader_that_stops_ends_the_simulation() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_streamrecon"))
         .args([
@@ -130,17 +127,12 @@ fn a_reader_that_stops_ends_the_simulation() {
     // The reader (and with it the pipe) is gone here.
     let v: serde_json::Value = serde_json::from_str(&first).expect("a JSON line");
     assert_eq!(v["frame"], 8);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waiting for cache-sim") {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            child.kill().ok();
-            panic!("cache-sim kept simulating after its reader went away");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    common::wait_or_kill(
+        &mut child,
+        Duration::from_secs(120),
+        "cache-sim after its reader went away",
+    );
+    let status = child.wait().expect("cache-sim's status");
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "exit {status:?}: {stderr}");

@@ -6,6 +6,8 @@
 //! runs use the gct-tiny fixture or random tiny weights with a few frames, so the whole battery
 //! stays well under a minute in a debug build.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -52,15 +54,7 @@ fn spawn(args: &[&str], env: &[(&str, &str)]) -> Child {
 }
 
 fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > limit {
-            // Killing a child that has just exited fails harmlessly; the test fails below.
-            child.kill().ok();
-            panic!("streamrecon {what} hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_or_kill(&mut child, limit, &format!("streamrecon {what}"));
     child.wait_with_output().expect("output")
 }
 

@@ -1,8 +1,10 @@
 //! `streamrecon run --headless` as a user runs it: the courthouse sequence with the gct-tiny
 //! fixture, a camera that does not exist, a corrupt image in a strict run, bad arguments.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_streamrecon");
@@ -21,25 +23,12 @@ fn run(args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_or_kill(
+    common::wait_or_kill(
         &mut child,
         Duration::from_secs(120),
         &format!("streamrecon {args:?}"),
     );
     child.wait_with_output().unwrap()
-}
-
-/// Waits for `child` to exit; past `limit` it is killed and the test fails.
-fn wait_or_kill(child: &mut Child, limit: Duration, what: &str) {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            // Killing a child that has just exited fails harmlessly; the test fails below.
-            child.kill().ok();
-            panic!("{what} hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn tiny(extra: &[&str], out: &Path, input: &str) -> Output {
@@ -373,7 +362,7 @@ fn ctrl_c_finishes_the_session_with_the_frames_so_far() {
         .status()
         .unwrap();
     assert!(kill.success());
-    wait_or_kill(&mut child, Duration::from_secs(60), "the run after Ctrl-C");
+    common::wait_or_kill(&mut child, Duration::from_secs(60), "the run after Ctrl-C");
     let out = child.wait_with_output().unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");

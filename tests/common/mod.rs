@@ -5,7 +5,8 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
 
 use streamrecon::backend::cuda::CudaDevice;
 
@@ -78,4 +79,18 @@ pub fn tiny_run(input: &Path, out: &Path, extra: &[&str]) -> Output {
 /// A process's output as text.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// Waits for `child` to exit; past `limit` it is killed and the test fails naming `what`: a hang
+/// is a failure, not a stuck CI job.
+pub fn wait_or_kill(child: &mut Child, limit: Duration, what: &str) {
+    let start = Instant::now();
+    while child.try_wait().expect("waiting for the child").is_none() {
+        if start.elapsed() > limit {
+            // Killing a child that has just exited fails harmlessly; the test fails here.
+            child.kill().ok();
+            panic!("{what} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
