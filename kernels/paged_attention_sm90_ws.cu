@@ -1,7 +1,8 @@
 // Paged attention for Hopper (sm_90a), warp-specialised (FlashAttention-3 style). Same layouts
 // and page table as paged_attention.cu (read its header); same result format as the portable
 // kernel (bf16 `out` with one split, else f32 partials normalised by the split's own sum and
-// their log2-domain LSE for attention_combine).
+// their log2-domain LSE), except that with `tickets` the splits are merged in the kernel: the
+// last split to finish a warp's 16 rows writes their bf16 output, and no attention_combine runs.
 //
 // One CTA per SM: 3 warpgroups, 128 query rows of one head against one key split (or 5 and 256
 // rows: the four-consumer entry).
@@ -332,8 +333,8 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
 // ---- consumer warpgroup c (0 .. NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
 template <int BN, bool QKV, u32 NC>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
-    float* __restrict__ part_o, float* __restrict__ part_lse, u32 lq, u32 heads, u32 n_splits,
-    float scale_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
+    float* __restrict__ part_o, float* __restrict__ part_lse, u32* __restrict__ tickets, u32 lq,
+    u32 heads, u32 n_splits, float scale_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
     u32 warp, u32 q0, u32 split, u32 h, u32 n_tiles, u32 kv_begin, u32 kv_end) {
     const u32 ctid = tid & 127;
 #pragma unroll
@@ -446,30 +447,90 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     const u32 wg_row0 = c * 64 + (warp & 3) * 16;
     const u32 g = lane >> 2;
     const u32 tq = lane & 3;
+    float inv[2], lse[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
         float l = row_sum[hf];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const u32 row = q0 + wg_row0 + hf * 8 + g;
-        if (row >= lq) continue;
-        const u64 base = ((u64)row * heads + h) * HEAD_DIM;
-        if (n_splits <= 1) {
+        inv[hf] = l > 0.f ? 1.f / l : 0.f;
+        lse[hf] = l > 0.f ? row_max[hf] + __log2f(l) : NEG_INF;
+    }
+    if (n_splits <= 1) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const u32 row = q0 + wg_row0 + hf * 8 + g;
+            if (row >= lq) continue;
+            const u64 base = ((u64)row * heads + h) * HEAD_DIM;
 #pragma unroll
             for (int j = 0; j < 8; ++j)
                 *(u32*)(out + base + j * 8 + tq * 2) =
-                    pack_bf16x2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
-        } else {
-            const u64 pbase = (u64)split * lq * heads * HEAD_DIM + base;
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                *(float2*)(part_o + pbase + j * 8 + tq * 2) =
-                    make_float2(o_acc[j * 4 + hf * 2] * inv, o_acc[j * 4 + hf * 2 + 1] * inv);
-            if (tq == 0)
-                part_lse[((u64)split * lq + row) * heads + h] =
-                    l > 0.f ? row_max[hf] + __log2f(l) : NEG_INF;
+                    pack_bf16x2(o_acc[j * 4 + hf * 2] * inv[hf], o_acc[j * 4 + hf * 2 + 1] * inv[hf]);
         }
+        return;
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const u32 row = q0 + wg_row0 + hf * 8 + g;
+        if (row >= lq) continue;
+        const u64 pbase = ((u64)split * lq * heads + (u64)row * heads + h) * HEAD_DIM;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            *(float2*)(part_o + pbase + j * 8 + tq * 2) =
+                make_float2(o_acc[j * 4 + hf * 2] * inv[hf], o_acc[j * 4 + hf * 2 + 1] * inv[hf]);
+        if (tq == 0) part_lse[((u64)split * lq + row) * heads + h] = lse[hf];
+    }
+    if (!tickets) return;  // attention_combine merges the splits
+
+    // The splits merged here, by whichever split's warp finishes these 16 rows last: every warp
+    // publishes its partial (the fence orders its stores before its ticket), the last to take a
+    // ticket reads the others' partials and writes the bf16 rows, and sets the ticket back to
+    // zero for the next launch. Rows past lq still take their ticket, so every slot counts
+    // n_splits arrivals. Same sums in the same split order as attention_combine.
+    const u32 slot = (h * gridDim.x + blockIdx.x) * (NC * 4) + c * 4 + (warp & 3);
+    __threadfence();
+    __syncwarp();
+    u32 arrived = 0;
+    if (lane == 0) arrived = atomicAdd(tickets + slot, 1u);
+    arrived = __shfl_sync(0xffffffffu, arrived, 0);
+    if (arrived != n_splits - 1) return;
+    if (lane == 0) tickets[slot] = 0u;
+    __threadfence();
+    const u64 plane = (u64)lq * heads;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const u32 row = q0 + wg_row0 + hf * 8 + g;
+        if (row >= lq) continue;
+        const u64 rh = (u64)row * heads + h;
+        float mx = NEG_INF;
+        for (u32 s = 0; s < n_splits; ++s)
+            mx = fmaxf(mx, s == split ? lse[hf] : __ldcg(part_lse + s * plane + rh));
+        float acc[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+        float wsum = 0.f;
+        for (u32 s = 0; s < n_splits; ++s) {
+            const float ls = s == split ? lse[hf] : __ldcg(part_lse + s * plane + rh);
+            const float w = ls == NEG_INF ? 0.f : fast_exp2(ls - mx);
+            const float* src = part_o + (s * plane + rh) * HEAD_DIM + tq * 2;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                float2 v;
+                if (s == split) {
+                    v = make_float2(o_acc[j * 4 + hf * 2] * inv[hf], o_acc[j * 4 + hf * 2 + 1] * inv[hf]);
+                } else {
+                    v = __ldcg((const float2*)(src + j * 8));
+                }
+                acc[2 * j] += w * v.x;
+                acc[2 * j + 1] += w * v.y;
+            }
+            wsum += w;
+        }
+        const float winv = wsum > 0.f ? 1.f / wsum : 0.f;
+        const u64 base = rh * HEAD_DIM;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            *(u32*)(out + base + j * 8 + tq * 2) = pack_bf16x2(acc[2 * j] * winv, acc[2 * j + 1] * winv);
     }
 }
 
@@ -484,7 +545,8 @@ template <int BN, bool REGS, int LAG, bool QKV, u32 NC>
 __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
     u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
-    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) {
+    const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2,
+    u32* __restrict__ tickets) {
     static_assert(NC == 2 || (NC == 4 && REGS), "four consumers need setmaxnreg to fit their tiles");
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
@@ -535,7 +597,7 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     } else {
         if constexpr (REGS && NC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         if constexpr (REGS && NC == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;\n" ::: "memory");
-        ws_consumer<BN, QKV, NC>(q, out, part_o, part_lse, lq, heads, n_splits, scale_log2, sq, skv,
+        ws_consumer<BN, QKV, NC>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, sq, skv,
             bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
     }
 }
@@ -548,9 +610,10 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \
         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
         const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
-        const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2) { \
-        ws_body<BN, REGS, LAG, QKV, NC>(q, out, part_o, part_lse, pool, page_size, indices, cum,            \
-            n_pages_ptr, lq, heads, n_splits, scale_log2);                                        \
+        const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2,   \
+        u32* __restrict__ tickets) {                                                              \
+        ws_body<BN, REGS, LAG, QKV, NC>(q, out, part_o, part_lse, pool, page_size, indices, cum,  \
+            n_pages_ptr, lq, heads, n_splits, scale_log2, tickets);                               \
     }
 
 // 128-key tiles (six stages), 2-tile copy lag: frame-local attention's default.

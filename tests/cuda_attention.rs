@@ -69,6 +69,20 @@ fn run_case(
     kernel: AttentionKernel,
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
+    run_rounds(dev, case, kernel, seed, &[case.splits])
+        .pop()
+        .unwrap()
+}
+
+/// One launch per entry of `rounds` (its split count), each with new random queries, against
+/// the same keys, output buffer and workspace: each round's output and its f64 host reference.
+fn run_rounds(
+    dev: &CudaDevice,
+    case: &Case,
+    kernel: AttentionKernel,
+    seed: u64,
+    rounds: &[Option<usize>],
+) -> Vec<(Vec<f32>, Vec<f32>)> {
     let mut rng = StdRng::seed_from_u64(seed);
     let max_pages = case
         .pages
@@ -101,54 +115,93 @@ fn run_case(
         .memcpy_htod(&pool, cache.pool_mut(0).unwrap())
         .unwrap();
     let n = case.lq * case.heads * D;
-    let q_host = random_bf16(&mut rng, n, 2.0);
-    let q = dev.stream.clone_htod(&q_host).unwrap();
+    let mut ws = AttentionWorkspace::new(dev, case.lq, case.heads, 1).unwrap();
     // Poison the output: an element the kernel never writes shows up as NaN.
     let mut out = dev.stream.clone_htod(&vec![bf16::NAN; n]).unwrap();
-    let mut ws = AttentionWorkspace::new(dev, case.lq, case.heads, 1).unwrap();
-    let kv = PagedKv {
-        pool: cache.pool(0).unwrap().as_view(),
-        page_size: case.page_size as u32,
-        indices: cache.indices(),
-        cum: cache.cum(),
-        n_pages: cache.n_pages_on_device(),
-        kv_len: cache.kv_len(),
+    let mut results = Vec::new();
+    for &splits in rounds {
+        let q_host = random_bf16(&mut rng, n, 2.0);
+        let q = dev.stream.clone_htod(&q_host).unwrap();
+        let kv = PagedKv {
+            pool: cache.pool(0).unwrap().as_view(),
+            page_size: case.page_size as u32,
+            indices: cache.indices(),
+            cum: cache.cum(),
+            n_pages: cache.n_pages_on_device(),
+            kv_len: cache.kv_len(),
+        };
+        gpu_paged_attention(
+            dev,
+            &q,
+            &mut out,
+            &kv,
+            case.lq,
+            case.heads,
+            AttentionOptions {
+                splits,
+                kernel: Some(kernel),
+            },
+            &mut ws,
+        )
+        .unwrap();
+        let got: Vec<f32> = dev
+            .stream
+            .clone_dtoh(&out)
+            .unwrap()
+            .iter()
+            .map(|x| x.to_f32())
+            .collect();
+        let rows: Vec<usize> = (0..case.lq).collect();
+        let reference = paged_attention_rows(
+            &q_host,
+            &HostPagedKv {
+                pool: &pool,
+                page_size: case.page_size,
+                heads: case.heads,
+                head_dim: D,
+                indices: &indices,
+                page_lens: &page_lens,
+            },
+            &rows,
+        );
+        results.push((got, reference));
+    }
+    results
+}
+
+/// The warp-specialised kernels merge their key splits themselves: the last split to finish a
+/// warp's rows takes the last ticket and writes them, then sets the ticket back to zero. Launches
+/// one after another on the same workspace, with new queries and changing split counts, must
+/// each be right: a ticket left over would make no split (or the wrong one) merge, and the rows
+/// would keep the previous launch's output.
+#[test]
+fn split_merges_are_right_launch_after_launch() {
+    let Some(dev) = device() else { return };
+    let case = Case {
+        heads: 16,
+        lq: 1005,
+        page_size: 999,
+        pages: vec![(2, 999), (0, 999), (1, 407)],
+        splits: None,
     };
-    gpu_paged_attention(
-        dev,
-        &q,
-        &mut out,
-        &kv,
-        case.lq,
-        case.heads,
-        AttentionOptions {
-            splits: case.splits,
-            kernel: Some(kernel),
-        },
-        &mut ws,
-    )
-    .unwrap();
-    let got: Vec<f32> = dev
-        .stream
-        .clone_dtoh(&out)
-        .unwrap()
-        .iter()
-        .map(|x| x.to_f32())
-        .collect();
-    let rows: Vec<usize> = (0..case.lq).collect();
-    let reference = paged_attention_rows(
-        &q_host,
-        &HostPagedKv {
-            pool: &pool,
-            page_size: case.page_size,
-            heads: case.heads,
-            head_dim: D,
-            indices: &indices,
-            page_lens: &page_lens,
-        },
-        &rows,
-    );
-    (got, reference)
+    let rounds = [Some(2), Some(2), Some(3), Some(1), Some(4), Some(2)];
+    for kernel in AttentionKernel::available(&dev) {
+        for (i, (got, reference)) in run_rounds(&dev, &case, kernel, 7, &rounds)
+            .iter()
+            .enumerate()
+        {
+            let err = relative_error(got, reference);
+            eprintln!(
+                "{kernel:?} round {i} ({:?} splits): rel err {err:.2e}",
+                rounds[i]
+            );
+            assert!(
+                err <= TOLERANCE,
+                "{kernel:?} round {i} ({:?} splits): relative error {err} > {TOLERANCE}",
+                rounds[i]
+            );
+        }
+    }
 }
 
 #[test]

@@ -50,9 +50,10 @@ impl BlockScratch {
         plan.add::<bf16>(tokens * dim); // attn
         plan.add::<bf16>(tokens * dim); // out
         plan.add::<bf16>(tokens * hidden);
-        let (o, l) = RawWorkspace::elems(tokens, heads, MAX_SPLITS);
+        let (o, l, t) = RawWorkspace::elems(tokens, heads, MAX_SPLITS);
         plan.add::<f32>(o);
         plan.add::<f32>(l);
+        plan.add::<u32>(t);
     }
 
     pub fn carve(
@@ -62,7 +63,7 @@ impl BlockScratch {
         hidden: usize,
         heads: usize,
     ) -> Result<Self, CudaError> {
-        let (o, l) = RawWorkspace::elems(tokens, heads, MAX_SPLITS);
+        let (o, l, t) = RawWorkspace::elems(tokens, heads, MAX_SPLITS);
         Ok(Self {
             normed: arena.alloc(tokens * dim)?,
             qkv: arena.alloc(tokens * 3 * dim)?,
@@ -74,6 +75,7 @@ impl BlockScratch {
             ws: RawWorkspace {
                 part_o: arena.alloc(o)?,
                 part_lse: arena.alloc(l)?,
+                tickets: arena.alloc(t)?,
             },
         })
     }

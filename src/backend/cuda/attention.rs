@@ -156,6 +156,7 @@ pub fn choose_splits(
 pub struct AttentionWorkspace {
     part_o: CudaSlice<f32>,
     part_lse: CudaSlice<f32>,
+    tickets: CudaSlice<u32>,
 }
 
 impl AttentionWorkspace {
@@ -165,10 +166,11 @@ impl AttentionWorkspace {
         heads: usize,
         max_splits: usize,
     ) -> Result<Self, CudaError> {
-        let rows = (lq * heads * max_splits).max(1);
+        let (o, l, t) = RawWorkspace::elems(lq, heads, max_splits);
         Ok(Self {
-            part_o: dev.stream.alloc_zeros::<f32>(rows * HEAD_DIM)?,
-            part_lse: dev.stream.alloc_zeros::<f32>(rows)?,
+            part_o: dev.stream.alloc_zeros::<f32>(o)?,
+            part_lse: dev.stream.alloc_zeros::<f32>(l)?,
+            tickets: dev.stream.alloc_zeros::<u32>(t)?,
         })
     }
 
@@ -257,6 +259,7 @@ pub fn paged_attention(
     let raw_ws = RawWorkspace {
         part_o: DevPtr::of(&ws.part_o),
         part_lse: DevPtr::of(&ws.part_lse),
+        tickets: DevPtr::of(&ws.tickets),
     };
     paged_attention_raw(
         dev,
@@ -283,17 +286,34 @@ pub struct RawPagedKv {
     pub n_pages: DevPtr<u32>,
 }
 
-/// Split-KV scratch carved from an arena: `[splits][lq][heads][64]` and `[splits][lq][heads]`.
+/// Split-KV scratch carved from an arena: the partials `[splits][lq][heads][64]`, their
+/// log-sum-exps `[splits][lq][heads]`, and the tickets of the warp-specialised kernels' in-kernel
+/// merge (one per head and 16 query rows of a CTA; zero between launches: the merging warp sets
+/// its ticket back, so the memory must start zeroed).
 #[derive(Debug, Clone, Copy)]
 pub struct RawWorkspace {
     pub part_o: DevPtr<f32>,
     pub part_lse: DevPtr<f32>,
+    pub tickets: DevPtr<u32>,
 }
 
+/// Query rows one merge ticket covers: a consumer warp's 16 rows.
+const TICKET_ROWS: usize = 16;
+/// The most query rows a CTA of any kernel takes.
+const MAX_BLOCK_M: usize = 256;
+
 impl RawWorkspace {
-    pub fn elems(lq: usize, heads: usize, splits: usize) -> (usize, usize) {
+    /// Elements of (partials, log-sum-exps, tickets) for `lq` queries, `heads` heads and up to
+    /// `splits` key splits, whatever the kernel.
+    pub fn elems(lq: usize, heads: usize, splits: usize) -> (usize, usize, usize) {
         let rows = (lq * heads * splits).max(1);
-        (rows * HEAD_DIM, rows)
+        let tickets = (heads * lq.div_ceil(MAX_BLOCK_M) * (MAX_BLOCK_M / TICKET_ROWS)).max(1);
+        (rows * HEAD_DIM, rows, tickets)
+    }
+
+    /// Tickets one launch of `kernel` uses: one per head and 16 rows of every query tile.
+    fn tickets_used(kernel: AttentionKernel, lq: usize, heads: usize) -> usize {
+        heads * lq.div_ceil(kernel.block_m()) * (kernel.block_m() / TICKET_ROWS)
     }
 }
 
@@ -322,10 +342,19 @@ pub fn paged_attention_raw(
         )));
     }
     let n_splits = n_splits.max(1);
+    // The warp-specialised kernels merge their splits themselves; the portable one leaves the
+    // partials to attention_combine.
+    let merge_in_kernel = n_splits > 1 && kernel.warp_specialised();
     if n_splits > 1 {
-        let (o, l) = RawWorkspace::elems(lq, heads, n_splits);
+        let (o, l, _) = RawWorkspace::elems(lq, heads, n_splits);
         ws.part_o.check_len(o, "attention split partials")?;
         ws.part_lse.check_len(l, "attention split LSE")?;
+    }
+    if merge_in_kernel {
+        ws.tickets.check_len(
+            RawWorkspace::tickets_used(kernel, lq, heads),
+            "attention merge tickets",
+        )?;
     }
     if lq == 0 {
         return Ok(());
@@ -342,7 +371,7 @@ pub fn paged_attention_raw(
         n_splits,
         ws,
     )?;
-    if n_splits > 1 {
+    if n_splits > 1 && !merge_in_kernel {
         let combine = dev.kernels.get("attention_combine")?;
         let threads = lq * heads * (HEAD_DIM / 2);
         let cfg = LaunchConfig {
@@ -415,6 +444,7 @@ pub fn frame_attention_from_qkv(
     let unused = RawWorkspace {
         part_o: DevPtr::null(),
         part_lse: DevPtr::null(),
+        tickets: DevPtr::null(),
     };
     launch_fwd(
         dev,
@@ -478,6 +508,12 @@ fn launch_fwd(
         .arg(&heads32)
         .arg(&ns32)
         .arg(&scale_log2);
+    // The warp-specialised kernels take the merge tickets last (null: one split, or partials
+    // left to attention_combine).
+    let tk = ws.tickets.addr();
+    if kernel.warp_specialised() {
+        b.arg(&tk);
+    }
     // SAFETY: arguments match the attention kernels' contract; the callers checked the buffer
     // sizes; the table was validated when uploaded.
     unsafe { b.launch(cfg) }?;
