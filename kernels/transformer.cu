@@ -152,84 +152,101 @@ extern "C" __global__ void add_bias_gelu_erf_bf16_x4(uint2* __restrict__ x, cons
 // q/k/v split, per-head LayerNorm(64) of q and k, RoPE, bf16 out.
 //
 // qkv: [n][3][heads][64] bf16 (the Linear(C, 3C) output); q, k, v: [n][heads][64] bf16.
-// One warp per (token, QKV_HEADS_PER_WARP heads): lane l holds dims 2l and 2l+1 of each of its
-// heads (one 32-bit load per tensor and head, 128 contiguous bytes per warp). The token's
-// position, RoPE table entries and K/V destination are worked out once per warp, and all the
-// heads' loads are issued before the first reduction: with one warp per (token, head) every warp
-// waited on one load at a time and repeated the table and page lookups 16 times per token.
-// Normalisation and rotation in f32, one rounding at the end (per head exactly as before).
+// One warp per (token, QKV_HEADS_PER_WARP heads), in rounds of four heads: lane 8 i + m holds
+// dims 8 m .. 8 m + 7 of the round's head i, one 16-byte load per tensor (512 contiguous bytes
+// a warp), so a head's sums take three shuffles and every lane's RoPE entries serve all its
+// heads. The token's position, RoPE table entries and K/V destination are worked out once per
+// warp, and every load of the warp is issued before the first reduction. (The form before it,
+// two dims a lane and a head a warp-wide 64-vector, executed about 885 instructions a warp: ten
+// shuffles a head for its two sums alone.) Normalisation and rotation in f32, one rounding at
+// the end.
 //
 // Token n is token t = n % tokens_per_frame of local frame s = n / tokens_per_frame. t < 6: the
 // special tokens; t >= 6: patch p = t - 6 at row p / grid_w, column p % grid_w.
 //
 // rope_mode 1, 2D (frame blocks): positions specials (0, 0), patches (r + 1, c + 1). Rotate-half
 //   within each 32-dim half (dims 0-31 by the row, 32-63 by the column): dim j of a half pairs
-//   with j + 16 at frequency j % 16. With lane l holding dims 2l, 2l+1, the partner dims live in
-//   lane l ^ 8 at the same register slot. Table: float2 (cos, sin) [position][16].
+//   with j + 16 at frequency j % 16. Chunk m holds dims 8 m .. 8 m + 7: half m / 4, the first of
+//   their pairs when m % 4 < 2, frequencies 8 (m % 2) + e, partners in chunk m ^ 2 (lane ^ 2).
+//   Table: float2 (cos, sin) [position][16].
 // rope_mode 2, 3D video (global blocks): positions specials (f, t, t), patches (f, 6 + r, 6 + c),
 //   f = *frame_base + s (read on the device: it changes every frame inside a CUDA graph).
-//   Interleaved pairs (2i, 2i+1): lane l holds exactly pair l; pairs 0-9 temporal, 10-20 row,
-//   21-31 column. Tables float2 (cos, sin): t [max_frame][10], h [rows_h][11], w [rows_w][11].
+//   Interleaved pairs (2i, 2i+1): chunk m holds pairs 4 m .. 4 m + 3; pairs 0-9 temporal, 10-20
+//   row, 21-31 column. Tables float2 (cos, sin): t [max_frame][10], h [rows_h][11], w [rows_w][11].
 //   A frame index at or past max_frame has no table row: q and k are written as NaN so the
 //   mistake cannot pass unnoticed (the host checks the frame count before the step).
 
 #define QKV_WARPS 8
-#define QKV_HEADS_PER_WARP 4
+#define QKV_HEADS_PER_WARP 8
 // The token layout and RoPE split come from spec.cuh (src/model/spec.rs); the lane mapping above
-// is written for 64-wide heads split into 32 pairs (3D) or two halves of 16 frequencies (2D).
-static_assert(HEAD_DIM == 64, "qkv_split_norm_rope maps one warp's 32 lanes onto 64 dims");
-static_assert(SPEC_ROPE3D_T_PAIRS + 2 * SPEC_ROPE3D_HW_PAIRS == HEAD_DIM / 2, "3D RoPE: a pair per lane");
+// is written for 64-wide heads in eight 8-dim chunks, split into 32 pairs (3D) or two halves of
+// 16 frequencies (2D).
+static_assert(HEAD_DIM == 64, "qkv_split_norm_rope maps eight lanes onto a head's 64 dims");
+static_assert(QKV_HEADS_PER_WARP % 4 == 0, "qkv_split_norm_rope takes four heads a round");
+static_assert(SPEC_ROPE3D_T_PAIRS + 2 * SPEC_ROPE3D_HW_PAIRS == HEAD_DIM / 2, "3D RoPE: 32 pairs");
 static_assert(SPEC_ROPE2D_FREQS == HEAD_DIM / 4, "2D RoPE: 16 frequencies per half");
 
-struct Pair {
-    float a, b;
-};
+#define QKV_ROUNDS (QKV_HEADS_PER_WARP / 4)
 
-__device__ __forceinline__ Pair load_pair(const u16* p) {
-    const u32 w = *(const u32*)p;
-    Pair r;
-    r.a = lo_f32(w);
-    r.b = hi_f32(w);
-    return r;
-}
-
-__device__ __forceinline__ void store_pair(u16* p, Pair v) {
-    *(u32*)p = pack2(f32_to_bf16(v.a), f32_to_bf16(v.b));
-}
-
-// LayerNorm of one 64-vector spread over a warp (2 values per lane), affine per dim (this
-// lane's two weights and biases, loaded once per warp).
-__device__ __forceinline__ Pair head_norm(Pair x, float2 w, float2 b, float eps) {
-    const float mean = warp_sum(x.a + x.b) * (1.f / HEAD_DIM);
-    const float da = x.a - mean, db = x.b - mean;
-    const float var = warp_sum(da * da + db * db) * (1.f / HEAD_DIM);
-    const float inv = 1.f / sqrtf(var + eps);
-    Pair y;
-    y.a = da * inv * w.x + b.x;
-    y.b = db * inv * w.y + b.y;
-    return y;
-}
-
-// 2D rotate-half. c0, c1: the (cos, sin) of this lane's two dims j0 = (2 lane) % 32 and j0 + 1
-// at its half's position; `first`: j0 < 16 (the first of each rotated pair).
-__device__ __forceinline__ Pair rope2d(Pair x, float2 c0, float2 c1, bool first) {
-    const Pair o = {__shfl_xor_sync(0xffffffffu, x.a, 8), __shfl_xor_sync(0xffffffffu, x.b, 8)};
-    Pair y;
-    if (first) {  // first of the pair: a c - b s, b from the partner
-        y.a = x.a * c0.x - o.a * c0.y;
-        y.b = x.b * c1.x - o.b * c1.y;
-    } else {  // second of the pair: b c + a s, a from the partner
-        y.a = x.a * c0.x + o.a * c0.y;
-        y.b = x.b * c1.x + o.b * c1.y;
+// Eight bf16 as one 16-byte word, to and from f32.
+__device__ __forceinline__ void unpack8(uint4 w, float (&x)[8]) {
+    const u32 words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        x[2 * i] = lo_f32(words[i]);
+        x[2 * i + 1] = hi_f32(words[i]);
     }
-    return y;
 }
 
-__device__ __forceinline__ Pair rope_pair(Pair x, float2 cs) {
-    Pair y;
-    y.a = x.a * cs.x - x.b * cs.y;
-    y.b = x.a * cs.y + x.b * cs.x;
-    return y;
+__device__ __forceinline__ uint4 pack8(const float (&x)[8]) {
+    return make_uint4(pack2(f32_to_bf16(x[0]), f32_to_bf16(x[1])), pack2(f32_to_bf16(x[2]), f32_to_bf16(x[3])),
+                      pack2(f32_to_bf16(x[4]), f32_to_bf16(x[5])), pack2(f32_to_bf16(x[6]), f32_to_bf16(x[7])));
+}
+
+// Sum over the eight lanes of one head (lanes 8 i .. 8 i + 7).
+__device__ __forceinline__ float head_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    return v;
+}
+
+// LayerNorm of one 64-vector spread over eight lanes (8 values a lane), affine per dim (this
+// lane's eight weights and biases, loaded once per warp).
+__device__ __forceinline__ void head_norm(float (&x)[8], const float (&w)[8], const float (&b)[8], float eps) {
+    float sum = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sum += x[e];
+    const float mean = head_sum(sum) * (1.f / HEAD_DIM);
+    float sq = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        x[e] -= mean;
+        sq += x[e] * x[e];
+    }
+    const float inv = 1.f / sqrtf(head_sum(sq) * (1.f / HEAD_DIM) + eps);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = x[e] * inv * w[e] + b[e];
+}
+
+// 2D rotate-half: cs[e] the (cos, sin) of dim e of this chunk; `first`: the chunk holds the first
+// of each pair (its partners are in lane ^ 2).
+__device__ __forceinline__ void rope2d(float (&x)[8], const float2 (&cs)[8], bool first) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const float o = __shfl_xor_sync(0xffffffffu, x[e], 2);
+        x[e] = first ? x[e] * cs[e].x - o * cs[e].y : x[e] * cs[e].x + o * cs[e].y;
+    }
+}
+
+// 3D: four interleaved pairs, cs[p] for dims 2 p and 2 p + 1 of this chunk.
+__device__ __forceinline__ void rope3d(float (&x)[8], const float2 (&cs)[4]) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const float a = x[2 * p], b = x[2 * p + 1];
+        x[2 * p] = a * cs[p].x - b * cs[p].y;
+        x[2 * p + 1] = a * cs[p].y + b * cs[p].x;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(QKV_WARPS * 32)
@@ -248,115 +265,129 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
                     // the device as kv_write_tokens does (pool [page][K|V][heads][page_size][64]).
                     u16* __restrict__ pool, const u32* __restrict__ runs,
                     const u32* __restrict__ n_runs_ptr, u32 page_size) {
-    constexpr int G = QKV_HEADS_PER_WARP;
     const u32 lane = threadIdx.x & 31;
-    const u32 groups = (heads + G - 1) / G;
-    const u64 item = (u64)blockIdx.x * QKV_WARPS + (threadIdx.x >> 5);
-    if (item >= (u64)n_tokens * groups) return;  // whole warps exit together
-    const u32 n = (u32)(item / groups), h0 = (u32)(item % groups) * G;
-    const u32 nh = heads - h0 < (u32)G ? heads - h0 : (u32)G;  // warp-uniform
+    const u32 quad_head = lane >> 3;  // head of the round
+    const u32 chunk = lane & 7;       // dims 8 chunk .. 8 chunk + 7
+    const u32 groups = (heads + QKV_HEADS_PER_WARP - 1) / QKV_HEADS_PER_WARP;
+    const u32 item = blockIdx.x * QKV_WARPS + (threadIdx.x >> 5);
+    if (item >= n_tokens * groups) return;  // whole warps exit together (the host checked
+                                            // that n_tokens x groups fits 32 bits)
+    const u32 n = item / groups;
+    const u32 h_lane = (item % groups) * QKV_HEADS_PER_WARP + quad_head;  // round 0's head
 
-    // Every load of the warp's heads first.
+    // Every load of the warp's heads first (a head past `heads` loads nothing and stores nothing).
     const u64 row = (u64)heads * HEAD_DIM;
-    const u16* src = qkv + (u64)n * 3 * row + (u64)h0 * HEAD_DIM + 2 * lane;
-    Pair xq[G], xk[G];
-    u32 xv[G];
+    const u16* src = qkv + (u64)n * 3 * row + (u64)h_lane * HEAD_DIM + 8 * chunk;
+    float xq[QKV_ROUNDS][8], xk[QKV_ROUNDS][8];
+    uint4 xv[QKV_ROUNDS];
 #pragma unroll
-    for (int i = 0; i < G; ++i) {
-        xq[i] = Pair{0.f, 0.f};
-        xk[i] = Pair{0.f, 0.f};
-        xv[i] = 0u;
-        if ((u32)i < nh) {
-            const u16* s = src + (u64)i * HEAD_DIM;
-            xq[i] = load_pair(s);
-            xk[i] = load_pair(s + row);
-            xv[i] = *(const u32*)(s + 2 * row);  // v unchanged
+    for (int r = 0; r < QKV_ROUNDS; ++r) {
+        uint4 wq = make_uint4(0u, 0u, 0u, 0u), wk = wq;
+        xv[r] = wq;
+        if (h_lane + 4 * r < heads) {
+            const u16* s = src + (u64)(4 * r) * HEAD_DIM;
+            wq = *(const uint4*)s;
+            wk = *(const uint4*)(s + row);
+            xv[r] = *(const uint4*)(s + 2 * row);  // v unchanged
         }
+        unpack8(wq, xq[r]);
+        unpack8(wk, xk[r]);
     }
 
     // Where this token's K and V go: rows, or the page slot of the write run holding token n
-    // (a token no run holds writes no K/V). Head i of the group is `kv_head_stride` further.
+    // (a token no run holds writes no K/V). Each round's head is `kv_round_stride` further.
     u16* kdst = nullptr;
     u16* vdst = nullptr;
-    u64 kv_head_stride = HEAD_DIM;
+    u64 kv_round_stride = 4 * HEAD_DIM;
     if (!pool) {
-        kdst = k + ((u64)n * heads + h0) * HEAD_DIM + 2 * lane;
-        vdst = v + ((u64)n * heads + h0) * HEAD_DIM + 2 * lane;
+        kdst = k + ((u64)n * heads + h_lane) * HEAD_DIM + 8 * chunk;
+        vdst = v + ((u64)n * heads + h_lane) * HEAD_DIM + 8 * chunk;
     } else {
         const u32 n_runs = __ldg(n_runs_ptr);
         const u64 v_offset = (u64)page_size * heads * HEAD_DIM;
-        kv_head_stride = (u64)page_size * HEAD_DIM;
+        kv_round_stride = 4 * (u64)page_size * HEAD_DIM;
         for (u32 r = 0; r < n_runs; ++r) {
             const u32 first = __ldg(runs + 4 * r), len = __ldg(runs + 4 * r + 3);
             if (n < first || n >= first + len) continue;
             const u32 page = __ldg(runs + 4 * r + 1), slot = __ldg(runs + 4 * r + 2);
             kdst = pool + (u64)page * 2 * v_offset +
-                   ((u64)h0 * page_size + slot + n - first) * HEAD_DIM + 2 * lane;
+                   ((u64)h_lane * page_size + slot + n - first) * HEAD_DIM + 8 * chunk;
             vdst = kdst + v_offset;
             break;
         }
     }
 
     // qk-norm weights of this lane's dims, shared by every head.
-    float2 nqw = {0.f, 0.f}, nqb = {0.f, 0.f}, nkw = {0.f, 0.f}, nkb = {0.f, 0.f};
-    if (qw) {
-        nqw = make_float2(qw[2 * lane], qw[2 * lane + 1]);
-        nqb = make_float2(qb[2 * lane], qb[2 * lane + 1]);
-        nkw = make_float2(kw[2 * lane], kw[2 * lane + 1]);
-        nkb = make_float2(kb[2 * lane], kb[2 * lane + 1]);
+    float nqw[8], nqb[8], nkw[8], nkb[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const u32 d = 8 * chunk + e;
+        nqw[e] = qw ? __ldg(qw + d) : 0.f;
+        nqb[e] = qw ? __ldg(qb + d) : 0.f;
+        nkw[e] = qw ? __ldg(kw + d) : 0.f;
+        nkb[e] = qw ? __ldg(kb + d) : 0.f;
     }
 
-    // The token's rotation for this lane, shared by every head.
-    float2 c0 = {1.f, 0.f}, c1 = {1.f, 0.f};
-    const bool first_of_pair = ((2 * lane) & 31) < 16;
+    // The token's rotation for this lane's dims, shared by every head.
+    float2 cs2[8], cs3[4];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) cs2[e] = make_float2(1.f, 0.f);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) cs3[e] = make_float2(1.f, 0.f);
+    const bool first_of_pair = (chunk & 3) < 2;
     if (rope_mode != 0) {
         const u32 s = n / tokens_per_frame, t = n % tokens_per_frame;
         const bool special = t < SPEC_SPECIAL_TOKENS;
         const u32 p = special ? 0 : t - SPEC_SPECIAL_TOKENS;
         const u32 r = p / grid_w, c = p % grid_w;
         if (rope_mode == 1) {
-            const u32 pos = special ? 0 : (lane < 16 ? r + 1 : c + 1);
-            const u32 f0 = (2 * lane) & 15;
-            const float2* cs = table2d + (u64)pos * SPEC_ROPE2D_FREQS;
-            c0 = cs[f0];
-            c1 = cs[f0 + 1];
+            const u32 pos = special ? 0 : (chunk < 4 ? r + 1 : c + 1);
+            const float2* cs = table2d + (u64)pos * SPEC_ROPE2D_FREQS + 8 * (chunk & 1);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) cs2[e] = cs[e];
         } else {
             const u32 f = *frame_base + s;
             const bool in_table = f < max_frame;
-            if (lane < SPEC_ROPE3D_T_PAIRS) {
-                c0 = table_t[(u64)(in_table ? f : 0) * SPEC_ROPE3D_T_PAIRS + lane];
-            } else if (lane < SPEC_ROPE3D_T_PAIRS + SPEC_ROPE3D_HW_PAIRS) {
-                const u32 ph = special ? t : SPEC_SPECIAL_TOKENS + r;
-                c0 = table_h[(u64)ph * SPEC_ROPE3D_HW_PAIRS + (lane - SPEC_ROPE3D_T_PAIRS)];
-            } else {
-                const u32 pw = special ? t : SPEC_SPECIAL_TOKENS + c;
-                c0 = table_w[(u64)pw * SPEC_ROPE3D_HW_PAIRS + (lane - SPEC_ROPE3D_T_PAIRS - SPEC_ROPE3D_HW_PAIRS)];
+            const u32 ph = special ? t : SPEC_SPECIAL_TOKENS + r;
+            const u32 pw = special ? t : SPEC_SPECIAL_TOKENS + c;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const u32 pair = 4 * chunk + e;
+                if (pair < SPEC_ROPE3D_T_PAIRS) {
+                    cs3[e] = table_t[(u64)(in_table ? f : 0) * SPEC_ROPE3D_T_PAIRS + pair];
+                } else if (pair < SPEC_ROPE3D_T_PAIRS + SPEC_ROPE3D_HW_PAIRS) {
+                    cs3[e] = table_h[(u64)ph * SPEC_ROPE3D_HW_PAIRS + (pair - SPEC_ROPE3D_T_PAIRS)];
+                } else {
+                    cs3[e] = table_w[(u64)pw * SPEC_ROPE3D_HW_PAIRS +
+                                     (pair - SPEC_ROPE3D_T_PAIRS - SPEC_ROPE3D_HW_PAIRS)];
+                }
+                // A frame past the table poisons the whole head, not just the temporal pairs.
+                if (!in_table) cs3[e].x = __int_as_float(0x7fc00000);
             }
-            // A frame past the table poisons the whole head, not just the temporal pairs.
-            if (!in_table) c0.x = __int_as_float(0x7fc00000);
         }
     }
 
-    u16* qdst = q + ((u64)n * heads + h0) * HEAD_DIM + 2 * lane;
+    u16* qdst = q + ((u64)n * heads + h_lane) * HEAD_DIM + 8 * chunk;
 #pragma unroll
-    for (int i = 0; i < G; ++i) {
-        if ((u32)i >= nh) continue;
-        Pair a = xq[i], b = xk[i];
+    for (int r = 0; r < QKV_ROUNDS; ++r) {
+        // The sums and rotations shuffle within the round's eight-lane groups: every lane takes
+        // part, a head past `heads` only skips its stores.
         if (qw) {
-            a = head_norm(a, nqw, nqb, eps);
-            b = head_norm(b, nkw, nkb, eps);
+            head_norm(xq[r], nqw, nqb, eps);
+            head_norm(xk[r], nkw, nkb, eps);
         }
         if (rope_mode == 1) {
-            a = rope2d(a, c0, c1, first_of_pair);
-            b = rope2d(b, c0, c1, first_of_pair);
+            rope2d(xq[r], cs2, first_of_pair);
+            rope2d(xk[r], cs2, first_of_pair);
         } else if (rope_mode == 2) {
-            a = rope_pair(a, c0);
-            b = rope_pair(b, c0);
+            rope3d(xq[r], cs3);
+            rope3d(xk[r], cs3);
         }
-        store_pair(qdst + (u64)i * HEAD_DIM, a);
+        if (h_lane + 4 * r >= heads) continue;
+        *(uint4*)(qdst + (u64)(4 * r) * HEAD_DIM) = pack8(xq[r]);
         if (kdst) {
-            store_pair(kdst + (u64)i * kv_head_stride, b);
-            *(u32*)(vdst + (u64)i * kv_head_stride) = xv[i];
+            *(uint4*)(kdst + (u64)r * kv_round_stride) = pack8(xk[r]);
+            *(uint4*)(vdst + (u64)r * kv_round_stride) = xv[r];
         }
     }
 }

@@ -32,9 +32,9 @@ const THREADS: u32 = 256;
 /// Grid-stride kernels never need more CTAs than this to fill any GPU.
 const MAX_BLOCKS: usize = 1 << 16;
 /// Warps per CTA of `qkv_split_norm_rope`; each takes one token's next
-/// `QKV_HEADS_PER_WARP` heads (the constants of kernels/transformer.cu).
+/// `QKV_HEADS_PER_WARP` heads (the constants of kernels/transformer.cu), 16 bytes a lane.
 const QKV_WARPS: usize = 8;
-const QKV_HEADS_PER_WARP: usize = 4;
+const QKV_HEADS_PER_WARP: usize = 8;
 
 fn product(a: usize, b: usize, what: &str) -> Result<usize, CudaError> {
     a.checked_mul(b)
@@ -616,8 +616,8 @@ pub fn qkv_split_norm_rope(
     )?;
     k.check_len(n, "qkv_split_norm_rope k")?;
     v.check_len(n, "qkv_split_norm_rope v")?;
-    require_aligned(&k, 4, "qkv_split_norm_rope k")?;
-    require_aligned(&v, 4, "qkv_split_norm_rope v")?;
+    require_aligned(&k, 16, "qkv_split_norm_rope k")?;
+    require_aligned(&v, 16, "qkv_split_norm_rope v")?;
     launch_qkv(
         dev,
         qkv,
@@ -694,9 +694,9 @@ fn launch_qkv(
         "qkv_split_norm_rope qkv",
     )?;
     q.check_len(n, "qkv_split_norm_rope q")?;
-    // Each lane moves two bf16 as one 32-bit word.
+    // Each lane moves eight bf16 as one 16-byte word.
     for (p, what) in [(&qkv, "qkv"), (&q, "q")] {
-        require_aligned(p, 4, &format!("qkv_split_norm_rope {what}"))?;
+        require_aligned(p, 16, &format!("qkv_split_norm_rope {what}"))?;
     }
     let (qw, qb, kw, kb, eps) = match &norm {
         Some(nm) => {
@@ -723,6 +723,11 @@ fn launch_qkv(
     if items == 0 {
         return Ok(());
     }
+    // The kernel numbers its (token, head group) items in 32 bits.
+    to_u32(
+        items + QKV_WARPS,
+        "qkv_split_norm_rope tokens x head groups",
+    )?;
     let cfg = LaunchConfig {
         grid_dim: (
             to_u32(items.div_ceil(QKV_WARPS), "qkv_split_norm_rope blocks")?,
@@ -734,7 +739,15 @@ fn launch_qkv(
     };
     let (k_a, v_a, pages) = match kv {
         KvDest::Rows { k, v } => (k.addr(), v.addr(), None),
-        KvDest::Pages(d) => (0, 0, Some(d)),
+        KvDest::Pages(d) => {
+            if !d.pool.is_multiple_of(16) {
+                return Err(CudaError::Invalid(format!(
+                    "qkv_split_norm_rope pages: pool address {:#x} is not 16-byte aligned",
+                    d.pool
+                )));
+            }
+            (0, 0, Some(d))
+        }
     };
     let (pool, runs, n_runs, page_size) =
         pages.map_or((0, 0, 0, 0), |d| (d.pool, d.runs, d.n_runs, d.page_size));
