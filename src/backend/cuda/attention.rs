@@ -181,7 +181,8 @@ impl AttentionWorkspace {
         heads: usize,
         splits: usize,
     ) -> Result<(), CudaError> {
-        if self.part_lse.len() < lq * heads * splits {
+        let (_, l, t) = RawWorkspace::elems(lq, heads, splits);
+        if self.part_lse.len() < l || self.tickets.len() < t {
             *self = Self::new(dev, lq, heads, splits)?;
         }
         Ok(())
