@@ -35,6 +35,16 @@ fn invalid(msg: String) -> CudaError {
     CudaError::Invalid(msg)
 }
 
+/// `work` items of a kernel that numbers them in 32 bits, stepping by its grid (so below 2^31).
+fn index32(work: usize, what: &str) -> Result<u64> {
+    if work >= 1 << 31 {
+        return Err(invalid(format!(
+            "{what}: {work} work items exceed the kernel's 32-bit indices"
+        )));
+    }
+    Ok(work as u64)
+}
+
 /// Grid-stride launch over `work` items.
 fn grid_stride(work: u64) -> LaunchConfig {
     LaunchConfig {
@@ -275,6 +285,8 @@ pub fn im2col3x3(
     x.check_len(inp.len(), "im2col3x3 input")?;
     let n = rows * ow * 9 * inp.c;
     cols.check_len(n, "im2col3x3 columns")?;
+    // One thread per output pixel and 8 channels, all nine taps.
+    let threads = index32(rows * ow * (inp.c / 8), "im2col3x3")?;
     let f = dev.kernels.get("dpt_im2col3x3")?;
     let (xa, ca) = (x.addr(), cols.addr());
     let (h, w, c) = (
@@ -300,8 +312,9 @@ pub fn im2col3x3(
         .arg(&ow32)
         .arg(&relu32)
         .arg(&ca);
-    // SAFETY: arguments match dpt_im2col3x3; input and output lengths checked above.
-    unsafe { b.launch(grid_stride((n / 8) as u64)) }?;
+    // SAFETY: arguments match dpt_im2col3x3; input and output lengths checked above, the
+    // thread count against the kernel's 32-bit indices.
+    unsafe { b.launch(grid_stride(threads)) }?;
     Ok(())
 }
 
@@ -349,6 +362,7 @@ pub fn bilinear(
         return Err(invalid(format!("bilinear: empty input {inp:?}")));
     }
     let n = oh * ow * inp.c;
+    let threads = index32(n / 8, "bilinear")?;
     x.check_len(inp.len(), "bilinear input")?;
     y.check_len(n, "bilinear output")?;
     if let Some(t) = uv {
@@ -376,8 +390,9 @@ pub fn bilinear(
         .arg(&ur)
         .arg(&ya);
     // SAFETY: arguments match dpt_bilinear; lengths checked, the UV table is for the output's
-    // dims; null halves (no table) are allowed.
-    unsafe { b.launch(grid_stride((n / 8) as u64)) }?;
+    // dims; null halves (no table) are allowed; the thread count fits the kernel's 32-bit
+    // indices.
+    unsafe { b.launch(grid_stride(threads)) }?;
     Ok(())
 }
 
