@@ -144,13 +144,7 @@ fn run_rounds(
             &mut ws,
         )
         .unwrap();
-        let got: Vec<f32> = dev
-            .stream
-            .clone_dtoh(&out)
-            .unwrap()
-            .iter()
-            .map(|x| x.to_f32())
-            .collect();
+        let got = common::bf16_to_host_f32(dev, &out);
         let rows: Vec<usize> = (0..case.lq).collect();
         let reference = paged_attention_rows(
             &q_host,
@@ -335,13 +329,7 @@ fn matches_cpu_attention_and_dense_baseline() {
         &mut ws,
     )
     .unwrap();
-    let paged: Vec<f32> = dev
-        .stream
-        .clone_dtoh(&out)
-        .unwrap()
-        .iter()
-        .map(|x| x.to_f32())
-        .collect();
+    let paged = common::bf16_to_host_f32(&dev, &out);
 
     let plan = PagePlan {
         page_size: page_size as u32,

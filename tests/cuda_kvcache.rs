@@ -116,13 +116,7 @@ fn run_step(
         &mut ws,
     )
     .unwrap();
-    let got: Vec<f32> = dev
-        .stream
-        .clone_dtoh(&out)
-        .unwrap()
-        .iter()
-        .map(|x| x.to_f32())
-        .collect();
+    let got = common::bf16_to_host_f32(dev, &out);
     let rows: Vec<usize> = (0..tokens).collect();
     let reference = paged_attention_rows(
         &q,

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+use cudarc::driver::CudaSlice;
+use half::bf16;
 use streamrecon::backend::cuda::CudaDevice;
 
 /// The first GPU, or `None` with the reason printed (no GPU, no driver, CUDA unusable), so a GPU
@@ -20,6 +22,16 @@ pub fn gpu_device() -> Option<CudaDevice> {
             None
         }
     }
+}
+
+/// A bf16 device buffer copied back as f32, to compare against a host reference.
+pub fn bf16_to_host_f32(dev: &CudaDevice, buf: &CudaSlice<bf16>) -> Vec<f32> {
+    dev.stream
+        .clone_dtoh(buf)
+        .unwrap()
+        .iter()
+        .map(|x| x.to_f32())
+        .collect()
 }
 
 /// The gct-tiny parity fixtures, when `marker` (a file inside them) is present.
