@@ -509,8 +509,8 @@ fn launch_fwd(
         .arg(&heads32)
         .arg(&ns32)
         .arg(&scale_log2);
-    // The warp-specialised kernels take the merge tickets last (null: one split, or partials
-    // left to attention_combine).
+    // The warp-specialised kernels take the merge tickets last (unread with one split; null
+    // where the caller has no workspace).
     let tk = ws.tickets.addr();
     if kernel.warp_specialised() {
         b.arg(&tk);
@@ -591,6 +591,25 @@ mod tests {
             };
             assert_eq!(kernel.ws_stages(), stages, "{kernel:?}: Ws<BN>::STAGES");
             assert!(kernel.smem_bytes() <= 227 * 1024, "{kernel:?}: over 227 KB");
+        }
+    }
+
+    /// A workspace sized by `RawWorkspace::elems` holds the merge tickets of every kernel at
+    /// any query count: no launch can be refused for want of them.
+    #[test]
+    fn workspaces_hold_every_kernels_tickets() {
+        for &kernel in AttentionKernel::ALL {
+            assert!(MAX_BLOCK_M.is_multiple_of(kernel.block_m()), "{kernel:?}");
+            assert!(kernel.block_m().is_multiple_of(TICKET_ROWS), "{kernel:?}");
+            for lq in (1..4100).step_by(7).chain([1005, 2010, 8040]) {
+                for heads in [1, 2, 16, 17] {
+                    let (_, _, tickets) = RawWorkspace::elems(lq, heads, 2);
+                    assert!(
+                        RawWorkspace::tickets_used(kernel, lq, heads) <= tickets,
+                        "{kernel:?} lq {lq} heads {heads}"
+                    );
+                }
+            }
         }
     }
 
