@@ -59,11 +59,7 @@ struct alignas(16) Chunk8 {
 };
 
 __device__ __forceinline__ void unpack8(const Chunk8& c, float* f) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        f[2 * i] = __uint_as_float(c.w[i] << 16);
-        f[2 * i + 1] = __uint_as_float(c.w[i] & 0xffff0000u);
-    }
+    bf16x8_to_f32(make_uint4(c.w[0], c.w[1], c.w[2], c.w[3]), f);
 }
 
 // 16 bytes of weights, streamed: read-only, not kept in L1 (the activations live there), with a

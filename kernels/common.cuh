@@ -28,6 +28,16 @@ __device__ __forceinline__ void named_arrive(u32 id, u32 threads) {
 
 __device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
 
+// Eight bf16 in one 16-byte word (element 0 in the low half of .x) as f32, in order.
+__device__ __forceinline__ void bf16x8_to_f32(uint4 v, float* f) {
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+
 // Two f32 as packed bf16 (round to nearest even), `lo` in the low half.
 __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     u32 r;

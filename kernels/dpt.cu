@@ -19,18 +19,7 @@ __device__ __forceinline__ u16 f2bf(float x) {
     return (u16)(bits >> 16);
 }
 
-// Eight bf16 (one uint4, element 0 in the low half of .x) to f32 and back.
-__device__ __forceinline__ void unpack8(uint4 v, float* f) {
-    f[0] = __uint_as_float(v.x << 16);
-    f[1] = __uint_as_float(v.x & 0xffff0000u);
-    f[2] = __uint_as_float(v.y << 16);
-    f[3] = __uint_as_float(v.y & 0xffff0000u);
-    f[4] = __uint_as_float(v.z << 16);
-    f[5] = __uint_as_float(v.z & 0xffff0000u);
-    f[6] = __uint_as_float(v.w << 16);
-    f[7] = __uint_as_float(v.w & 0xffff0000u);
-}
-
+// Eight f32 back to bf16 in one 16-byte word (bf16x8_to_f32 of common.cuh the other way).
 __device__ __forceinline__ uint4 pack8(const float* f) {
     uint4 v;
     v.x = (u32)f2bf(f[0]) | ((u32)f2bf(f[1]) << 16);
@@ -151,7 +140,7 @@ extern "C" __global__ void dpt_add_uv(u16* __restrict__ x, const float* __restri
         const u64 p = i / c8;
         const float* t = uv_at(cols, rows, c, (u32)(p / w), (u32)(p % w), cv);
         float v[8];
-        unpack8(*(const uint4*)(x + i * 8u), v);
+        bf16x8_to_f32(*(const uint4*)(x + i * 8u), v);
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[j] += t[j];
         *(uint4*)(x + i * 8u) = pack8(v);
@@ -244,10 +233,10 @@ extern "C" __global__ void dpt_bilinear(const u16* __restrict__ x, u32 ih, u32 i
         align_corners_axis(oy, ih, oh, y0, y1, ly);
         align_corners_axis(ox, iw, ow, x0, x1, lx);
         float a[8], b[8], cc[8], d[8], r[8];
-        unpack8(*(const uint4*)(x + ((u64)y0 * iw + x0) * c + cv * 8u), a);
-        unpack8(*(const uint4*)(x + ((u64)y0 * iw + x1) * c + cv * 8u), b);
-        unpack8(*(const uint4*)(x + ((u64)y1 * iw + x0) * c + cv * 8u), cc);
-        unpack8(*(const uint4*)(x + ((u64)y1 * iw + x1) * c + cv * 8u), d);
+        bf16x8_to_f32(*(const uint4*)(x + ((u64)y0 * iw + x0) * c + cv * 8u), a);
+        bf16x8_to_f32(*(const uint4*)(x + ((u64)y0 * iw + x1) * c + cv * 8u), b);
+        bf16x8_to_f32(*(const uint4*)(x + ((u64)y1 * iw + x0) * c + cv * 8u), cc);
+        bf16x8_to_f32(*(const uint4*)(x + ((u64)y1 * iw + x1) * c + cv * 8u), d);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const float top = (1.f - lx) * a[j] + lx * b[j];
@@ -270,14 +259,14 @@ extern "C" __global__ void dpt_add(u16* out, const u16* a, const u16* b, const u
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
          i += (u64)gridDim.x * blockDim.x) {
         float fa[8], fb[8], fc[8];
-        unpack8(*(const uint4*)(a + i * 8u), fa);
+        bf16x8_to_f32(*(const uint4*)(a + i * 8u), fa);
         uint4 vb = *(const uint4*)(b + i * 8u);
         if (relu_b) vb = relu8(vb);
-        unpack8(vb, fb);
+        bf16x8_to_f32(vb, fb);
 #pragma unroll
         for (int j = 0; j < 8; ++j) fa[j] += fb[j];
         if (c != nullptr) {
-            unpack8(*(const uint4*)(c + i * 8u), fc);
+            bf16x8_to_f32(*(const uint4*)(c + i * 8u), fc);
 #pragma unroll
             for (int j = 0; j < 8; ++j) fa[j] += fc[j];
         }
@@ -297,7 +286,7 @@ extern "C" __global__ void dpt_output_head(const u16* __restrict__ x, u32 n, u32
     const u16* row = x + (u64)p * cin;
     for (u32 c = 0; c < cin; c += 8) {
         float v[8];
-        unpack8(relu8(*(const uint4*)(row + c)), v);
+        bf16x8_to_f32(relu8(*(const uint4*)(row + c)), v);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             s0 += weight[c + j] * v[j];

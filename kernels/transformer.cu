@@ -188,16 +188,7 @@ static_assert(SPEC_ROPE2D_FREQS == HEAD_DIM / 4, "2D RoPE: 16 frequencies per ha
 
 #define QKV_ROUNDS (QKV_HEADS_PER_WARP / 4)
 
-// Eight bf16 as one 16-byte word, to and from f32.
-__device__ __forceinline__ void unpack8(uint4 w, float (&x)[8]) {
-    const u32 words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        x[2 * i] = lo_f32(words[i]);
-        x[2 * i + 1] = hi_f32(words[i]);
-    }
-}
-
+// Eight f32 as one 16-byte word of bf16 (bf16x8_to_f32 of common.cuh reads them).
 __device__ __forceinline__ uint4 pack8(const float (&x)[8]) {
     return make_uint4(pack2(f32_to_bf16(x[0]), f32_to_bf16(x[1])), pack2(f32_to_bf16(x[2]), f32_to_bf16(x[3])),
                       pack2(f32_to_bf16(x[4]), f32_to_bf16(x[5])), pack2(f32_to_bf16(x[6]), f32_to_bf16(x[7])));
@@ -290,8 +281,8 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
             wk = *(const uint4*)(s + row);
             xv[r] = *(const uint4*)(s + 2 * row);  // v unchanged
         }
-        unpack8(wq, xq[r]);
-        unpack8(wk, xk[r]);
+        bf16x8_to_f32(wq, xq[r]);
+        bf16x8_to_f32(wk, xk[r]);
     }
 
     // Where this token's K and V go: rows, or the page slot of the write run holding token n
