@@ -170,7 +170,8 @@ extern "C" __global__ void add_bias_gelu_erf_bf16_x4(uint2* __restrict__ x, cons
 //   their pairs when m % 4 < 2, frequencies 8 (m % 2) + e, partners in chunk m ^ 2 (lane ^ 2).
 //   Table: float2 (cos, sin) [position][16].
 // rope_mode 2, 3D video (global blocks): positions specials (f, t, t), patches (f, 6 + r, 6 + c),
-//   f = *frame_base + s (read on the device: it changes every frame inside a CUDA graph).
+//   f = frame_index[s] (read on the device: it changes every step inside a CUDA graph, and the
+//   two frames of a two-frame step whose first is a non-keyframe share an index).
 //   Interleaved pairs (2i, 2i+1): chunk m holds pairs 4 m .. 4 m + 3; pairs 0-9 temporal, 10-20
 //   row, 21-31 column. Tables float2 (cos, sin): t [max_frame][10], h [rows_h][11], w [rows_w][11].
 //   A frame index at or past max_frame has no table row: q and k are written as NaN so the
@@ -250,7 +251,7 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
                     u32 rope_mode, u32 tokens_per_frame, u32 grid_w,
                     const float2* __restrict__ table2d, const float2* __restrict__ table_t,
                     const float2* __restrict__ table_h, const float2* __restrict__ table_w,
-                    const u32* __restrict__ frame_base, u32 max_frame,
+                    const u32* __restrict__ frame_index, u32 max_frame,
                     // K/V straight into the cache pages (pool != null; k and v unused): the
                     // step's write runs [src_token, page, slot, len] and their count, read on
                     // the device as kv_write_tokens does (pool [page][K|V][heads][page_size][64]).
@@ -337,7 +338,7 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
 #pragma unroll
             for (int e = 0; e < 8; ++e) cs2[e] = cs[e];
         } else {
-            const u32 f = *frame_base + s;
+            const u32 f = frame_index[s];
             const bool in_table = f < max_frame;
             const u32 ph = special ? t : SPEC_SPECIAL_TOKENS + r;
             const u32 pw = special ? t : SPEC_SPECIAL_TOKENS + c;

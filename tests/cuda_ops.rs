@@ -435,7 +435,8 @@ struct QkvCase<'a> {
     norm: bool,
     /// 0 none, 1 2D, 2 3D.
     rope: u8,
-    frame_base: u32,
+    /// The 3D RoPE frame index of each frame (as many as `frames`).
+    frame_index: &'a [u32],
     /// The kernel takes a token's heads four to a warp: 16 fills every group, 6 leaves a
     /// group of two.
     heads: usize,
@@ -486,7 +487,7 @@ fn run_qkv_case(dev: &CudaDevice, tables: &RopeTables, case: &QkvCase, seed: u64
         2 => {
             let mut pos = Vec::with_capacity(n);
             for s in 0..case.frames {
-                let f = case.frame_base as u64 + s as u64;
+                let f = case.frame_index[s] as u64;
                 for j in 0..SPECIAL_TOKENS as u64 {
                     pos.push((f, j, j));
                 }
@@ -505,7 +506,7 @@ fn run_qkv_case(dev: &CudaDevice, tables: &RopeTables, case: &QkvCase, seed: u64
 
     let qkv_d = up(dev, &qkv);
     let norm_d: Vec<CudaSlice<f32>> = norms.iter().map(|x| up(dev, x)).collect();
-    let base_d = up(dev, &[case.frame_base]);
+    let index_d = up(dev, case.frame_index);
     let outs: Vec<CudaSlice<bf16>> = (0..3)
         .map(|_| dev.stream.alloc_zeros::<bf16>(n * c).unwrap())
         .collect();
@@ -526,7 +527,7 @@ fn run_qkv_case(dev: &CudaDevice, tables: &RopeTables, case: &QkvCase, seed: u64
             tables,
             tokens_per_frame: TOKENS_PER_FRAME,
             grid_w: GRID_W,
-            frame_base: DevPtr::of(&base_d),
+            frame_index: DevPtr::of(&index_d),
         },
         _ => Rope::None,
     };
@@ -566,7 +567,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             frames: 1,
             norm: false,
             rope: 0,
-            frame_base: 0,
+            frame_index: &[0, 0],
             heads: HEADS,
         },
         QkvCase {
@@ -574,7 +575,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             frames: 1,
             norm: true,
             rope: 0,
-            frame_base: 0,
+            frame_index: &[0, 0],
             heads: HEADS,
         },
         QkvCase {
@@ -582,7 +583,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             frames: 2,
             norm: true,
             rope: 1,
-            frame_base: 0,
+            frame_index: &[0, 0],
             heads: HEADS,
         },
         QkvCase {
@@ -590,7 +591,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             frames: 1,
             norm: false,
             rope: 1,
-            frame_base: 0,
+            frame_index: &[0, 0],
             heads: HEADS,
         },
         QkvCase {
@@ -598,7 +599,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             frames: 2,
             norm: true,
             rope: 2,
-            frame_base: 37,
+            frame_index: &[37, 38],
             heads: HEADS,
         },
         QkvCase {
@@ -606,7 +607,7 @@ fn qkv_split_norm_rope_matches_cpu() {
             frames: 2,
             norm: true,
             rope: 2,
-            frame_base: 1022,
+            frame_index: &[1022, 1023],
             heads: HEADS,
         },
         QkvCase {
@@ -614,15 +615,23 @@ fn qkv_split_norm_rope_matches_cpu() {
             frames: 2,
             norm: true,
             rope: 2,
-            frame_base: 5,
+            frame_index: &[5, 6],
             heads: 6,
+        },
+        QkvCase {
+            name: "global block, two frames of one index (a non-keyframe and the next frame)",
+            frames: 2,
+            norm: true,
+            rope: 2,
+            frame_index: &[41, 41],
+            heads: HEADS,
         },
         QkvCase {
             name: "frame block, 6 heads",
             frames: 1,
             norm: true,
             rope: 1,
-            frame_base: 0,
+            frame_index: &[0, 0],
             heads: 6,
         },
     ];
@@ -643,7 +652,7 @@ fn qkv_frames_past_the_rope_table_are_nan() {
     let outs: Vec<CudaSlice<bf16>> = (0..3)
         .map(|_| dev.stream.alloc_zeros::<bf16>(n * C).unwrap())
         .collect();
-    let base = up(&dev, &[MAX_FRAMES as u32 - 1]);
+    let base = up(&dev, &[MAX_FRAMES as u32 - 1, MAX_FRAMES as u32]);
     ops::qkv_split_norm_rope(
         &dev,
         DevPtr::of(&qkv),
@@ -657,7 +666,7 @@ fn qkv_frames_past_the_rope_table_are_nan() {
             tables: &tables,
             tokens_per_frame: TOKENS_PER_FRAME,
             grid_w: GRID_W,
-            frame_base: DevPtr::of(&base),
+            frame_index: DevPtr::of(&base),
         },
     )
     .unwrap();

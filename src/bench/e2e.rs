@@ -19,7 +19,9 @@ use crate::attention::AttentionLayout;
 use crate::backend::cuda::AttentionKernel;
 use crate::backend::cuda::gemm::Tuning;
 use crate::backend::load::RandomPreset;
-use crate::gpu_model::engine::{DeviceMemory, GpuModel, MAX_IN_FLIGHT, SessionConfig, StepImages};
+use crate::gpu_model::engine::{
+    DeviceMemory, GpuModel, MAX_IN_FLIGHT, STREAMING_CALL_FRAMES, SessionConfig, StepImages,
+};
 use crate::gpu_model::transformer::GeluMode;
 
 /// What to run, and how.
@@ -52,6 +54,8 @@ pub struct E2eConfig {
     /// Calls queued before the oldest is waited for: 1 (one frame at a time) or 2 (as the
     /// product runs).
     pub in_flight: usize,
+    /// Streaming frames a step: 1, or 2 (`GpuSession::submit_pair`).
+    pub frames_per_step: usize,
     /// GPU ordinal.
     pub device: usize,
 }
@@ -138,6 +142,7 @@ pub struct E2eReport {
     pub local_kernel: String,
     pub graphs: bool,
     pub in_flight: usize,
+    pub frames_per_step: usize,
     pub streaming_frames: usize,
     pub setup_s: f64,
     pub phase1_ms: f64,
@@ -272,6 +277,8 @@ pub fn run_e2e(
     sc.download_maps = false;
     sc.dense = dense;
     sc.gemm_tuning = args.gemm_tuning;
+    let per_step = args.frames_per_step.clamp(1, STREAMING_CALL_FRAMES);
+    sc.pair_steps = per_step == 2;
     let mut session = model.start(sc)?;
     let setup_s = setup.elapsed().as_secs_f64();
     let images = synthetic_images(4, height, width);
@@ -295,59 +302,78 @@ pub fn run_e2e(
     let in_flight = args.in_flight.clamp(1, MAX_IN_FLIGHT);
     let mut frames = Vec::with_capacity(args.frames);
     let interval = args.keyframe_interval.max(1);
-    let mut queued: VecDeque<(usize, bool)> = VecDeque::with_capacity(in_flight);
+    // The frames of each call in flight, oldest first.
+    let mut queued: VecDeque<Vec<(usize, bool)>> = VecDeque::with_capacity(MAX_IN_FLIGHT);
     let mut last_result = Instant::now();
     let mut collect = |session: &mut crate::gpu_model::engine::GpuSession,
-                       queued: &mut VecDeque<(usize, bool)>,
+                       queued: &mut VecDeque<Vec<(usize, bool)>>,
                        frames: &mut Vec<FrameTime>|
      -> Result<(), BenchError> {
-        let Some((i, keyframe)) = queued.pop_front() else {
+        let Some(call) = queued.pop_front() else {
             return Ok(());
         };
+        let first = call.first().map_or(0, |&(i, _)| i);
         let out = session.finish().map_err(|source| BenchError::Step {
-            step: format!("frame {i}"),
+            step: format!("frame {first}"),
             source,
         })?;
         let now = Instant::now();
         let t = &out.timing;
-        let period_ms = if frames.is_empty() {
+        let call_period_ms = if frames.is_empty() {
             t.wall_ms
         } else {
             now.duration_since(last_result).as_secs_f64() * 1e3
         };
         last_result = now;
-        frames.push(FrameTime {
-            frame: i,
-            keyframe,
-            wall_ms: t.wall_ms,
-            period_ms,
-            gpu_ms: t.gpu_ms,
-            host_ms: t.host_ms,
-            image_upload_ms: t.image_upload_ms,
-            dino_ms: t.dino_ms,
-            aggregator_ms: t.aggregator_ms,
-            heads_ms: t.heads_ms,
-            between_aggregators_ms: t.between_aggregators_ms,
-            graph: t.graph,
-            points: out.points.iter().map(|p| p.xyz.len()).sum(),
-        });
-        if (i - scale + 1).is_multiple_of(1000) {
-            progress(E2eProgress::Frame {
-                done: i - scale + 1,
-                of: args.frames,
+        // A two-frame step's GPU times are shared by its frames: each gets its half, so the
+        // per-frame figures compare with one-frame steps'. The latency is the call's.
+        let share = call.len() as f64;
+        for (j, &(i, keyframe)) in call.iter().enumerate() {
+            frames.push(FrameTime {
+                frame: i,
+                keyframe,
                 wall_ms: t.wall_ms,
+                period_ms: call_period_ms / share,
+                gpu_ms: t.gpu_ms / share,
+                host_ms: t.host_ms / share,
+                image_upload_ms: t.image_upload_ms / share,
+                dino_ms: t.dino_ms / share,
+                aggregator_ms: t.aggregator_ms / share,
+                heads_ms: t.heads_ms / share,
+                between_aggregators_ms: t.between_aggregators_ms.map(|ms| ms / share),
+                graph: t.graph,
+                points: out.points.get(j).map_or(0, |p| p.xyz.len()),
             });
+            if (i - scale + 1).is_multiple_of(1000) {
+                progress(E2eProgress::Frame {
+                    done: i - scale + 1,
+                    of: args.frames,
+                    wall_ms: t.wall_ms,
+                });
+            }
         }
         Ok(())
     };
-    for i in scale..total {
-        let keyframe = (i - scale).is_multiple_of(interval);
-        let img = &images[i % images.len()];
-        debug_assert_eq!(img.len(), plane);
-        if queued.len() >= in_flight {
+    // Two consecutive synthetic images, as a two-frame step takes them.
+    let pair_images: Vec<Vec<f32>> = (0..images.len())
+        .map(|k| {
+            [
+                images[k].as_slice(),
+                images[(k + 1) % images.len()].as_slice(),
+            ]
+            .concat()
+        })
+        .collect();
+    let mut i = scale;
+    while i < total {
+        let take = if per_step == 2 && i + 1 < total { 2 } else { 1 };
+        let keyframe = |i: usize| (i - scale).is_multiple_of(interval);
+        while session.in_flight() >= in_flight {
             collect(&mut session, &mut queued, &mut frames)?;
         }
-        let profiled = args.profiler_frame == Some(i - scale);
+        let profiled = args
+            .profiler_frame
+            .is_some_and(|p| (i - scale..i - scale + take).contains(&p));
         let profiler = |start: bool| {
             crate::backend::cuda::profiler_range(start).map_err(|source| BenchError::Step {
                 step: format!("the profiler's bracket of frame {i}"),
@@ -357,16 +383,34 @@ pub fn run_e2e(
         if profiled {
             profiler(true)?;
         }
-        session
-            .submit(StepImages::Model(img), i as u64..i as u64 + 1, keyframe)
-            .map_err(|source| BenchError::Step {
-                step: format!("frame {i}"),
-                source,
-            })?;
+        let failed = |source| BenchError::Step {
+            step: format!("frame {i}"),
+            source,
+        };
+        if take == 2 {
+            let kinds = [keyframe(i), keyframe(i + 1)];
+            let images = StepImages::Model(&pair_images[i % images.len()]);
+            let calls = session
+                .submit_pair(images, [i as u64, i as u64 + 1], kinds)
+                .map_err(failed)?;
+            if calls == 2 {
+                queued.push_back(vec![(i, kinds[0])]);
+                queued.push_back(vec![(i + 1, kinds[1])]);
+            } else {
+                queued.push_back(vec![(i, kinds[0]), (i + 1, kinds[1])]);
+            }
+        } else {
+            let img = &images[i % images.len()];
+            debug_assert_eq!(img.len(), plane);
+            session
+                .submit(StepImages::Model(img), i as u64..i as u64 + 1, keyframe(i))
+                .map_err(failed)?;
+            queued.push_back(vec![(i, keyframe(i))]);
+        }
         if profiled {
             profiler(false)?;
         }
-        queued.push_back((i, keyframe));
+        i += take;
     }
     while !queued.is_empty() {
         collect(&mut session, &mut queued, &mut frames)?;
@@ -445,6 +489,7 @@ pub fn run_e2e(
         local_kernel: format!("{:?}", session.local_kernel()),
         graphs: args.graphs,
         in_flight,
+        frames_per_step: per_step,
         streaming_frames: args.frames,
         setup_s,
         phase1_ms,

@@ -98,6 +98,10 @@ pub struct BenchArgs {
     /// the reference's profiler runs).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     pub in_flight: u8,
+    /// e2e: streaming frames a step: 1, or 2 (two frames through the model at once, each
+    /// attending to what it would see alone; a frame period more latency for fewer launches).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub frames_per_step: u8,
     /// viewer: the offscreen view's size, WIDTHxHEIGHT.
     #[arg(long, default_value = "1920x1080")]
     pub size: String,

@@ -60,6 +60,7 @@ fn e2e_config(args: &BenchArgs) -> anyhow::Result<E2eConfig> {
             Tuning::Measure
         },
         in_flight: usize::from(args.in_flight),
+        frames_per_step: usize::from(args.frames_per_step),
         device: args.device,
     })
 }
@@ -93,7 +94,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 fn print_table(r: &E2eReport) {
     let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
     println!(
-        "e2e,{} {}x{} on {}, kernel {} (frame-local {}), graphs {}, {} in flight, {} scale + {} frames, keyframe every {}",
+        "e2e,{} {}x{} on {}, kernel {} (frame-local {}), graphs {}, {} in flight, {} frame(s) a step, {} scale + {} frames, keyframe every {}",
         r.preset,
         r.width,
         r.height,
@@ -102,6 +103,7 @@ fn print_table(r: &E2eReport) {
         r.local_kernel,
         r.graphs,
         r.in_flight,
+        r.frames_per_step,
         r.scale_frames,
         r.streaming_frames,
         r.keyframe_interval

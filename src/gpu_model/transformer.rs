@@ -16,6 +16,7 @@ use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache};
 
 use crate::backend::cuda::storage::{Device, DeviceNorm};
 use crate::model::block::TransformerBlock;
+use crate::model::spec::HEAD_DIM;
 
 /// How the MLP's GELU is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,10 +109,12 @@ pub enum Attend<'a> {
         rope: Rope<'a>,
     },
     /// The call's tokens are written into cache layer `layer`, then attend to everything the
-    /// step's page table shows.
+    /// step's page table shows: with `views` 1 all of them to its one view; with 2 (a two-frame
+    /// step) each frame's `n / 2` queries to its own view.
     Cache {
         cache: &'a DeviceKvCache,
         layer: usize,
+        views: usize,
         rope: Rope<'a>,
         /// The dense baseline: the visible keys are first concatenated into this buffer.
         dense: Option<DenseScratch>,
@@ -319,26 +322,38 @@ pub fn block_forward(
         Attend::Cache {
             cache,
             layer,
+            views,
             rope,
             dense,
         } => {
             let dest = cache.page_writer(layer, n)?;
             ops::qkv_split_norm_rope_to_pages(dev, s.qkv, s.q, dest, n, heads, norm, rope)?;
-            let kv = match dense {
-                Some(d) => cache.gather_dense_raw(dev, layer, d.kv, d.capacity, d.table)?,
-                None => cache.raw_keys(layer)?,
-            };
-            paged_attention_raw(
-                dev,
-                setup.kernel,
-                s.q,
-                s.attn,
-                &kv,
-                n,
-                heads,
-                setup.splits(n, heads),
-                s.ws,
-            )?;
+            if views == 0 || !n.is_multiple_of(views) || (views > 1 && dense.is_some()) {
+                return Err(CudaError::Invalid(format!(
+                    "{n} queries in {views} attention views (the dense baseline takes one)"
+                )));
+            }
+            // Each view's queries are a whole frame's rows; the views run one after the other
+            // on the same split workspace (a launch leaves its merge tickets at zero).
+            let rows = n / views;
+            let row = heads * HEAD_DIM;
+            for view in 0..views {
+                let kv = match dense {
+                    Some(d) => cache.gather_dense_raw(dev, layer, d.kv, d.capacity, d.table)?,
+                    None => cache.raw_keys_view(layer, view)?,
+                };
+                paged_attention_raw(
+                    dev,
+                    setup.kernel,
+                    s.q.slice(view * rows * row, rows * row)?,
+                    s.attn.slice(view * rows * row, rows * row)?,
+                    &kv,
+                    rows,
+                    heads,
+                    setup.splits(rows, heads),
+                    s.ws,
+                )?;
+            }
         }
     }
     gemm.linear(

@@ -3,6 +3,7 @@
 //! * `config`: geometry and residency rules.
 //! * `table`: the bookkeeping (one plan per frame step for every layer; backend-free).
 //! * `plan`: what a step writes and what its attention reads (CSR page table).
+//! * `pair`: two streaming frames planned as one step, each with its own view.
 //! * `storage`: host pages `[layer][page][K|V][page_size][heads][head_dim]`.
 //! * `events`: events and stats for the UI and the recorder.
 //! * `sim`: the table driven over a stream without a model (`cache-sim`).
@@ -10,6 +11,7 @@
 mod config;
 mod error;
 mod events;
+mod pair;
 mod plan;
 pub mod sim;
 mod storage;
@@ -20,6 +22,7 @@ pub use config::{
 };
 pub use error::CacheError;
 pub use events::{CacheEvent, CacheStats, PageState, PatchStream};
+pub use pair::PairPlan;
 pub use plan::{PagePlan, StepPlan, TokenRun};
 pub use storage::{HostKvStore, KvBuf, KvElem};
-pub use table::{PageTable, StepKind};
+pub use table::{PageTable, StepKind, TableSnapshot};

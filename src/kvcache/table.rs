@@ -48,6 +48,14 @@ struct Residency {
     frames_evicted: u64,
 }
 
+/// The table between two steps (`PageTable::snapshot`): only the table it came from can go
+/// back to it.
+#[derive(Debug, Clone)]
+pub struct TableSnapshot {
+    state: Residency,
+    special_owner_len: usize,
+}
+
 #[derive(Debug)]
 struct PendingStep {
     kind: StepKind,
@@ -460,6 +468,28 @@ impl PageTable {
         self.events.push(CacheEvent::RolledBack {
             frames: pending.frames.collect(),
         });
+    }
+
+    /// The bookkeeping as it is between steps, to go back to when a group of steps planned
+    /// together cannot run together (`pair`). None while a step is in progress.
+    pub fn snapshot(&self) -> Option<TableSnapshot> {
+        if self.pending.is_some() {
+            return None;
+        }
+        Some(TableSnapshot {
+            state: self.state.clone(),
+            special_owner_len: self.special_owner.len(),
+        })
+    }
+
+    /// Goes back to `snapshot` (taken from this table, with only whole steps since): the steps
+    /// planned after it are forgotten. Their page ids stay allocated (host storage only grows).
+    pub fn restore_snapshot(&mut self, snapshot: TableSnapshot) {
+        self.state = snapshot.state;
+        self.special_owner.truncate(snapshot.special_owner_len);
+        self.pending = None;
+        self.freed_in_step.clear();
+        self.step = StepPlan::default();
     }
 
     /// Forgets everything: all pages free, counters zero. Storage is kept for reuse.

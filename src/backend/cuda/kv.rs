@@ -6,11 +6,15 @@
 //! of u32, shared by all layers and refreshed by exactly one host-to-device copy per step:
 //!
 //! ```text
-//! [ indices: max_pages ][ cum: max_pages + 1 ][ runs: 4 * run_capacity ]
+//! [ header ][ indices: max_pages ][ cum: max_pages + 1 ]      view 0
+//!           [ indices: max_pages ][ cum: max_pages + 1 ]      view 1 (two-frame steps)
+//!           [ runs: 4 * run_capacity ]
 //! ```
 //! `indices` are the visible pages in attention order, `cum` the prefix sums of their valid
 //! lengths (so padded slots are never attended), `runs` the step's writes
-//! `{src_token, page, slot, len}`.
+//! `{src_token, page, slot, len}`. A one-frame (or scale) step has one view; a two-frame step
+//! (`kvcache::PairPlan`) has one per frame. The header holds the sizes and per-frame scalars of
+//! the call (see [`DeviceKvCache::header_len`]).
 
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use half::bf16;
@@ -21,7 +25,7 @@ use super::attention::{
 };
 use super::ops::PagedKvDest;
 use super::{CudaDevice, CudaError};
-use crate::kvcache::{PageTable, StepPlan};
+use crate::kvcache::{PagePlan, PageTable, PairPlan, StepPlan, TokenRun};
 
 use crate::model::spec::HEAD_DIM;
 
@@ -98,19 +102,37 @@ pub struct DeviceKvCache {
     /// Reused to flatten a StepPlan's writes without allocating per step.
     run_scratch: Vec<[u32; 4]>,
     run_capacity: usize,
-    n_pages: usize,
+    /// Frames a call may hold: the per-frame scalars of the header.
+    call_frames: usize,
+    /// Visible pages and keys of each view of the last upload.
+    n_pages: [usize; VIEWS],
+    kv_len: [u32; VIEWS],
+    n_views: usize,
     n_runs: usize,
-    kv_len: u32,
-    /// Scalars a model step reads on the device, sent with the next upload (see [`HEADER`]).
-    step_scalars: [u32; HEADER - 2],
+    /// Per-frame scalars a model step reads on the device, sent with the next upload:
+    /// `[kind][frame of the call]` (see [`FrameScalar`]).
+    frame_scalars: Vec<u32>,
     /// A CUDA graph captured the table's addresses: it must not be reallocated any more.
     frozen: bool,
 }
 
-/// u32 slots before the page ids: `[n_pages, n_runs, step scalars...]`. Kernels read the sizes
-/// from here, and the model its per-step scalars (3D RoPE frame index, camera cache length), so one
-/// small copy per frame carries everything that changes and a captured graph stays valid.
-pub const HEADER: usize = 8;
+/// Attention views a step can have: one per frame of a two-frame step.
+pub const VIEWS: usize = 2;
+
+/// u32 slots of the header before the per-frame scalars: `[n_pages of view 0, n_runs, n_pages of
+/// view 1, unused]`. Kernels read the sizes from here, and the model its per-frame scalars, so
+/// one small copy per step carries everything that changes and a captured graph stays valid.
+const HEADER_SIZES: usize = 4;
+
+/// The per-frame scalars of the header, each `call_frames` u32 (one per frame of the call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameScalar {
+    /// The 3D RoPE temporal index of the frame (the frames committed before it).
+    RopeFrame = 0,
+    /// The camera head's cache length the frame sees (the frames committed before it).
+    CameraLen = 1,
+}
+const FRAME_SCALAR_KINDS: usize = 2;
 
 impl DeviceKvCache {
     /// Allocates the pools (zeroed) and the page table. `run_capacity` bounds the writes of one
@@ -120,12 +142,23 @@ impl DeviceKvCache {
         geometry: KvGeometry,
         run_capacity: usize,
     ) -> Result<Self, CudaError> {
+        Self::with_call_frames(dev, geometry, run_capacity, 1)
+    }
+
+    /// As [`Self::new`], with per-frame scalars for calls of up to `call_frames` frames.
+    pub fn with_call_frames(
+        dev: &CudaDevice,
+        geometry: KvGeometry,
+        run_capacity: usize,
+        call_frames: usize,
+    ) -> Result<Self, CudaError> {
         geometry.validate()?;
         let pools = (0..geometry.layers)
             .map(|_| dev.stream.alloc_zeros::<bf16>(geometry.layer_elems()))
             .collect::<Result<Vec<_>, _>>()?;
         let run_capacity = run_capacity.max(1);
-        let len = Self::table_len(geometry.max_pages, run_capacity);
+        let call_frames = call_frames.max(1);
+        let len = Self::table_len(geometry.max_pages, run_capacity, call_frames);
         Ok(Self {
             geometry,
             pools,
@@ -133,45 +166,77 @@ impl DeviceKvCache {
             host_table: vec![0; len],
             run_scratch: Vec::with_capacity(run_capacity),
             run_capacity,
-            n_pages: 0,
+            call_frames,
+            n_pages: [0; VIEWS],
+            kv_len: [0; VIEWS],
+            n_views: 1,
             n_runs: 0,
-            kv_len: 0,
-            step_scalars: [0; HEADER - 2],
+            frame_scalars: vec![0; FRAME_SCALAR_KINDS * call_frames],
             frozen: false,
         })
     }
 
-    fn table_len(max_pages: usize, run_capacity: usize) -> usize {
-        HEADER + max_pages + (max_pages + 1) + 4 * run_capacity
+    /// u32 slots before the first view: the sizes and the per-frame scalars.
+    fn header_len(call_frames: usize) -> usize {
+        HEADER_SIZES + FRAME_SCALAR_KINDS * call_frames
     }
 
-    /// The device u32 holding the number of visible pages.
+    /// u32 slots of one view (indices and cum).
+    fn view_len(max_pages: usize) -> usize {
+        2 * max_pages + 1
+    }
+
+    /// Where view `v` starts.
+    fn view_start(&self, v: usize) -> usize {
+        Self::header_len(self.call_frames) + v * Self::view_len(self.geometry.max_pages)
+    }
+
+    /// Where the runs start.
+    fn runs_start(&self) -> usize {
+        self.view_start(VIEWS)
+    }
+
+    fn table_len(max_pages: usize, run_capacity: usize, call_frames: usize) -> usize {
+        Self::header_len(call_frames) + VIEWS * Self::view_len(max_pages) + 4 * run_capacity
+    }
+
+    /// Header slot of view `v`'s page count.
+    fn n_pages_slot(v: usize) -> usize {
+        if v == 0 { 0 } else { 2 }
+    }
+
+    /// The device u32 holding the number of visible pages (view 0).
     pub fn n_pages_on_device(&self) -> CudaView<'_, u32> {
         self.table.slice(0..1)
     }
 
-    /// Step scalar `i` (0..HEADER-2) on the device, as a raw pointer for the model's kernels.
-    pub fn step_scalar_ptr(&self, i: usize) -> Result<DevPtr<u32>, CudaError> {
-        if i >= HEADER - 2 {
-            return Err(CudaError::Invalid(format!(
-                "step scalar {i} out of range (0..{})",
-                HEADER - 2
-            )));
-        }
-        DevPtr::of(&self.table).slice(2 + i, 1)
+    /// Scalar `kind` of every frame of a call on the device (`call_frames` u32), as a raw
+    /// pointer for the model's kernels.
+    pub fn frame_scalars_ptr(&self, kind: FrameScalar) -> Result<DevPtr<u32>, CudaError> {
+        DevPtr::of(&self.table).slice(
+            HEADER_SIZES + kind as usize * self.call_frames,
+            self.call_frames,
+        )
     }
 
-    /// Sets the step scalars sent with the next upload.
-    pub fn set_step_scalars(&mut self, values: &[u32]) -> Result<(), CudaError> {
-        if values.len() > HEADER - 2 {
+    /// Sets the per-frame scalars sent with the next upload: `values[f]` for frame f of the
+    /// call (the rest zero).
+    pub fn set_frame_scalars(
+        &mut self,
+        kind: FrameScalar,
+        values: &[u32],
+    ) -> Result<(), CudaError> {
+        if values.len() > self.call_frames {
             return Err(CudaError::Invalid(format!(
-                "{} step scalars, at most {}",
+                "{} frames' scalars, the table holds {}",
                 values.len(),
-                HEADER - 2
+                self.call_frames
             )));
         }
-        self.step_scalars = [0; HEADER - 2];
-        self.step_scalars[..values.len()].copy_from_slice(values);
+        let row = &mut self.frame_scalars
+            [kind as usize * self.call_frames..(kind as usize + 1) * self.call_frames];
+        row.fill(0);
+        row[..values.len()].copy_from_slice(values);
         Ok(())
     }
 
@@ -190,13 +255,18 @@ impl DeviceKvCache {
         &self.geometry
     }
 
-    /// Keys visible to this step's attention.
+    /// Keys visible to this step's attention (view 0).
     pub fn kv_len(&self) -> u32 {
-        self.kv_len
+        self.kv_len[0]
     }
 
     pub fn n_pages(&self) -> usize {
-        self.n_pages
+        self.n_pages[0]
+    }
+
+    /// Attention views of the last upload (two for a two-frame step).
+    pub fn views(&self) -> usize {
+        self.n_views
     }
 
     pub fn pool(&self, layer: usize) -> Result<&CudaSlice<bf16>, CudaError> {
@@ -211,53 +281,72 @@ impl DeviceKvCache {
             .ok_or_else(|| CudaError::Invalid(format!("layer {layer} out of range")))
     }
 
-    /// Device view of the visible page ids.
+    /// Device view of the visible page ids (view 0).
     pub fn indices(&self) -> CudaView<'_, u32> {
-        self.table.slice(HEADER..HEADER + self.geometry.max_pages)
+        let start = self.view_start(0);
+        self.table.slice(start..start + self.geometry.max_pages)
     }
 
-    /// Device view of the prefix sums of the visible pages' lengths (`n_pages + 1` used).
+    /// Device view of the prefix sums of the visible pages' lengths (`n_pages + 1` used; view 0).
     pub fn cum(&self) -> CudaView<'_, u32> {
-        let m = self.geometry.max_pages;
-        self.table.slice(HEADER + m..HEADER + 2 * m + 1)
+        let start = self.view_start(0) + self.geometry.max_pages;
+        self.table.slice(start..start + self.geometry.max_pages + 1)
     }
 
     fn runs(&self) -> CudaView<'_, u32> {
-        let m = self.geometry.max_pages;
-        self.table.slice(HEADER + 2 * m + 1..)
+        self.table.slice(self.runs_start()..)
     }
 
     /// Validates a step's table against the geometry and copies it to the device in one
     /// host-to-device copy.
     pub fn upload(&mut self, dev: &CudaDevice, step: PageTableUpload<'_>) -> Result<(), CudaError> {
+        self.upload_views(dev, &[(step.indices, step.page_lens)], step.runs)
+    }
+
+    /// As [`Self::upload`] with one attention view `(page ids, page lengths)` per frame of a
+    /// two-frame step (or one).
+    fn upload_views(
+        &mut self,
+        dev: &CudaDevice,
+        views: &[(&[u32], &[u32])],
+        runs: &[[u32; 4]],
+    ) -> Result<(), CudaError> {
         let g = self.geometry;
-        if step.indices.len() != step.page_lens.len() {
+        if views.is_empty() || views.len() > VIEWS {
             return Err(CudaError::Invalid(format!(
-                "{} page ids but {} page lengths",
-                step.indices.len(),
-                step.page_lens.len()
+                "{} attention views, 1..={VIEWS} allowed",
+                views.len()
             )));
         }
-        if step.indices.len() > g.max_pages {
-            return Err(CudaError::Invalid(format!(
-                "{} visible pages exceed the pool's {} pages",
-                step.indices.len(),
-                g.max_pages
-            )));
+        for (indices, page_lens) in views {
+            if indices.len() != page_lens.len() {
+                return Err(CudaError::Invalid(format!(
+                    "{} page ids but {} page lengths",
+                    indices.len(),
+                    page_lens.len()
+                )));
+            }
+            if indices.len() > g.max_pages {
+                return Err(CudaError::Invalid(format!(
+                    "{} visible pages exceed the pool's {} pages",
+                    indices.len(),
+                    g.max_pages
+                )));
+            }
+            if let Some(&p) = indices.iter().find(|&&p| p as usize >= g.max_pages) {
+                return Err(CudaError::Invalid(format!(
+                    "page id {p} >= max_pages {}",
+                    g.max_pages
+                )));
+            }
+            if let Some(&l) = page_lens.iter().find(|&&l| l as usize > g.page_size) {
+                return Err(CudaError::Invalid(format!(
+                    "page length {l} > page size {}",
+                    g.page_size
+                )));
+            }
         }
-        if let Some(&p) = step.indices.iter().find(|&&p| p as usize >= g.max_pages) {
-            return Err(CudaError::Invalid(format!(
-                "page id {p} >= max_pages {}",
-                g.max_pages
-            )));
-        }
-        if let Some(&l) = step.page_lens.iter().find(|&&l| l as usize > g.page_size) {
-            return Err(CudaError::Invalid(format!(
-                "page length {l} > page size {}",
-                g.page_size
-            )));
-        }
-        for r in step.runs {
+        for r in runs {
             let [_, page, slot, len] = *r;
             if page as usize >= g.max_pages || slot as usize + len as usize > g.page_size {
                 return Err(CudaError::Invalid(format!(
@@ -265,70 +354,92 @@ impl DeviceKvCache {
                 )));
             }
         }
-        if step.runs.len() > self.run_capacity {
+        if runs.len() > self.run_capacity {
             if self.frozen {
                 return Err(CudaError::Invalid(format!(
                     "{} write runs in one step, the captured table holds {}",
-                    step.runs.len(),
+                    runs.len(),
                     self.run_capacity
                 )));
             }
-            self.run_capacity = step.runs.len().next_power_of_two();
-            let len = Self::table_len(g.max_pages, self.run_capacity);
+            self.run_capacity = runs.len().next_power_of_two();
+            let len = Self::table_len(g.max_pages, self.run_capacity, self.call_frames);
             self.table = dev.stream.alloc_zeros::<u32>(len)?;
             self.host_table = vec![0; len];
         }
 
         let m = g.max_pages;
-        self.host_table[0] = step.indices.len() as u32;
-        self.host_table[1] = step.runs.len() as u32;
-        self.host_table[2..HEADER].copy_from_slice(&self.step_scalars);
-        let t = &mut self.host_table[HEADER..];
-        t[..step.indices.len()].copy_from_slice(step.indices);
-        let mut total: u64 = 0;
-        t[m] = 0;
-        for (i, &l) in step.page_lens.iter().enumerate() {
-            total += l as u64;
-            t[m + 1 + i] = total as u32;
+        let mut n_pages = [0; VIEWS];
+        let mut kv_len = [0; VIEWS];
+        for (v, (indices, page_lens)) in views.iter().enumerate() {
+            let start = self.view_start(v);
+            let t = &mut self.host_table[start..start + Self::view_len(m)];
+            t[..indices.len()].copy_from_slice(indices);
+            let mut total: u64 = 0;
+            t[m] = 0;
+            for (i, &l) in page_lens.iter().enumerate() {
+                total += l as u64;
+                t[m + 1 + i] = total as u32;
+            }
+            if total > u32::MAX as u64 {
+                return Err(CudaError::Invalid(format!(
+                    "{total} visible keys overflow u32"
+                )));
+            }
+            n_pages[v] = indices.len();
+            kv_len[v] = total as u32;
         }
-        if total > u32::MAX as u64 {
-            return Err(CudaError::Invalid(format!(
-                "{total} visible keys overflow u32"
-            )));
+        for (v, &n) in n_pages.iter().enumerate() {
+            self.host_table[Self::n_pages_slot(v)] = n as u32;
         }
-        for (i, r) in step.runs.iter().enumerate() {
-            t[2 * m + 1 + 4 * i..2 * m + 1 + 4 * i + 4].copy_from_slice(r);
+        self.host_table[1] = runs.len() as u32;
+        let scalars = HEADER_SIZES..Self::header_len(self.call_frames);
+        self.host_table[scalars].copy_from_slice(&self.frame_scalars);
+        let first_run = self.runs_start();
+        for (i, r) in runs.iter().enumerate() {
+            self.host_table[first_run + 4 * i..first_run + 4 * i + 4].copy_from_slice(r);
         }
         dev.stream.memcpy_htod(&self.host_table, &mut self.table)?;
-        self.n_pages = step.indices.len();
-        self.n_runs = step.runs.len();
-        self.kv_len = total as u32;
+        self.n_pages = n_pages;
+        self.n_runs = runs.len();
+        self.kv_len = kv_len;
+        self.n_views = views.len();
         Ok(())
     }
 
     /// Uploads the page table of a `kvcache` frame step (its writes and attention plan).
     pub fn upload_step(&mut self, dev: &CudaDevice, step: &StepPlan) -> Result<(), CudaError> {
-        if step.plan.page_size as usize != self.geometry.page_size {
+        self.upload_planned(dev, &step.writes, &[&step.plan])
+    }
+
+    /// Uploads the page table of a two-frame step: both frames' writes, one view per frame.
+    pub fn upload_pair(&mut self, dev: &CudaDevice, pair: &PairPlan) -> Result<(), CudaError> {
+        self.upload_planned(dev, &pair.writes, &[&pair.views[0], &pair.views[1]])
+    }
+
+    fn upload_planned(
+        &mut self,
+        dev: &CudaDevice,
+        writes: &[TokenRun],
+        views: &[&PagePlan],
+    ) -> Result<(), CudaError> {
+        if let Some(plan) = views
+            .iter()
+            .find(|p| p.page_size as usize != self.geometry.page_size)
+        {
             return Err(CudaError::Invalid(format!(
                 "plan page size {} but the pools were made for {}",
-                step.plan.page_size, self.geometry.page_size
+                plan.page_size, self.geometry.page_size
             )));
         }
         let mut runs = std::mem::take(&mut self.run_scratch);
         runs.clear();
-        runs.extend(
-            step.writes
-                .iter()
-                .map(|r| [r.src_token, r.page, r.slot, r.len]),
-        );
-        let result = self.upload(
-            dev,
-            PageTableUpload {
-                indices: &step.plan.indices,
-                page_lens: &step.plan.page_lens,
-                runs: &runs,
-            },
-        );
+        runs.extend(writes.iter().map(|r| [r.src_token, r.page, r.slot, r.len]));
+        let views: Vec<(&[u32], &[u32])> = views
+            .iter()
+            .map(|p| (p.indices.as_slice(), p.page_lens.as_slice()))
+            .collect();
+        let result = self.upload_views(dev, &views, &runs);
         self.run_scratch = runs;
         result
     }
@@ -348,14 +459,25 @@ impl DeviceKvCache {
 
     /// The table and pool of `layer` as raw addresses (the GPU model's graph-capturable form).
     pub fn raw_keys(&self, layer: usize) -> Result<RawPagedKv, CudaError> {
+        self.raw_keys_view(layer, 0)
+    }
+
+    /// As [`Self::raw_keys`] for attention view `view` (frame `view` of a two-frame step).
+    pub fn raw_keys_view(&self, layer: usize, view: usize) -> Result<RawPagedKv, CudaError> {
+        if view >= VIEWS {
+            return Err(CudaError::Invalid(format!(
+                "attention view {view}, the table has {VIEWS}"
+            )));
+        }
         let g = self.geometry;
         let table = DevPtr::of(&self.table);
+        let start = self.view_start(view);
         Ok(RawPagedKv {
             pool: DevPtr::of(self.pool(layer)?),
             page_size: g.page_size as u32,
-            indices: table.slice(HEADER, g.max_pages)?,
-            cum: table.slice(HEADER + g.max_pages, g.max_pages + 1)?,
-            n_pages: table.slice(0, 1)?,
+            indices: table.slice(start, g.max_pages)?,
+            cum: table.slice(start + g.max_pages, g.max_pages + 1)?,
+            n_pages: table.slice(Self::n_pages_slot(view), 1)?,
         })
     }
 
@@ -366,7 +488,7 @@ impl DeviceKvCache {
     /// as device addresses), for `kv_write_tokens` and `ops::qkv_split_norm_rope_to_pages`; errors
     /// when a run reads past `tokens`.
     pub fn page_writer(&self, layer: usize, tokens: usize) -> Result<PagedKvDest, CudaError> {
-        let first_run = HEADER + 2 * self.geometry.max_pages + 1;
+        let first_run = self.runs_start();
         let host_runs = &self.host_table[first_run..first_run + 4 * self.n_runs];
         if let Some(r) = host_runs
             .chunks(4)
@@ -441,10 +563,15 @@ impl DeviceKvCache {
         let row = g.heads * g.head_dim;
         dense.check_len(2 * capacity * row, "dense K/V buffer")?;
         dense_table.check_len(4, "dense table")?;
-        if self.kv_len as usize > capacity {
+        if self.views() > 1 {
+            return Err(CudaError::Invalid(
+                "the dense baseline attends one view; a two-frame step has two".into(),
+            ));
+        }
+        if self.kv_len[0] as usize > capacity {
             return Err(CudaError::Invalid(format!(
                 "{} visible keys exceed the dense buffer's {capacity}",
-                self.kv_len
+                self.kv_len[0]
             )));
         }
         let keys = self.raw_keys(layer)?;
@@ -505,8 +632,8 @@ impl DeviceKvCache {
         let idx = dev.stream.clone_dtoh(&self.indices())?;
         let cum = dev.stream.clone_dtoh(&self.cum())?;
         Ok((
-            idx[..self.n_pages].to_vec(),
-            cum[..self.n_pages + 1].to_vec(),
+            idx[..self.n_pages[0]].to_vec(),
+            cum[..self.n_pages[0] + 1].to_vec(),
         ))
     }
 }

@@ -27,4 +27,4 @@ pub mod storage;
 pub use attention::{AttentionKernel, AttentionOptions, AttentionWorkspace, choose_splits};
 pub use device::{CudaDevice, DeviceInfo, probe, profiler_range};
 pub use error::CudaError;
-pub use kv::{DenseBaseline, DeviceKvCache, KvGeometry, PageTableUpload};
+pub use kv::{DenseBaseline, DeviceKvCache, FrameScalar, KvGeometry, PageTableUpload};

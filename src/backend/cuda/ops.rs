@@ -508,13 +508,13 @@ pub enum Rope<'a> {
         grid_w: usize,
     },
     /// Global blocks: specials j at (f, j, j), patch (r, c) at (f, 6 + r, 6 + c), interleaved
-    /// pairs, with `f = *frame_base + s` read on the device. A frame at or past the tables'
+    /// pairs, with `f = frame_index[s]` (local frame s of the call) read on the device. A frame at or past the tables'
     /// `max_frame_num` gets NaN q and k (the caller checks the count before the step).
     Video3d {
         tables: &'a RopeTables,
         tokens_per_frame: usize,
         grid_w: usize,
-        frame_base: DevPtr<u32>,
+        frame_index: DevPtr<u32>,
     },
 }
 
@@ -527,13 +527,13 @@ struct RopeArgs {
     temporal: u64,
     rows: u64,
     cols: u64,
-    frame_base: u64,
+    frame_index: u64,
     max_frame: u32,
 }
 
 impl RopeArgs {
     fn of(rope: &Rope<'_>, n_tokens: usize) -> Result<Self, CudaError> {
-        let (mode, tables, tokens_per_frame, grid_w, frame_base) = match *rope {
+        let (mode, tables, tokens_per_frame, grid_w, frame_index) = match *rope {
             Rope::None => {
                 return Ok(RopeArgs {
                     mode: 0,
@@ -543,7 +543,7 @@ impl RopeArgs {
                     temporal: 0,
                     rows: 0,
                     cols: 0,
-                    frame_base: 0,
+                    frame_index: 0,
                     max_frame: 0,
                 });
             }
@@ -556,10 +556,11 @@ impl RopeArgs {
                 tables,
                 tokens_per_frame,
                 grid_w,
-                frame_base,
+                frame_index,
             } => {
-                frame_base.check_len(1, "qkv_split_norm_rope frame_base")?;
-                (2, tables, tokens_per_frame, grid_w, frame_base.addr())
+                let frames = n_tokens.div_ceil(tokens_per_frame.max(1)).max(1);
+                frame_index.check_len(frames, "qkv_split_norm_rope frame_index")?;
+                (2, tables, tokens_per_frame, grid_w, frame_index.addr())
             }
         };
         let patches = tokens_per_frame.saturating_sub(SPECIAL_TOKENS);
@@ -588,7 +589,7 @@ impl RopeArgs {
             temporal: DevPtr::of(&tables.temporal).addr(),
             rows: DevPtr::of(&tables.rows).addr(),
             cols: DevPtr::of(&tables.cols).addr(),
-            frame_base,
+            frame_index,
             max_frame: tables.max_frame_num as u32,
         })
     }
@@ -774,7 +775,7 @@ fn launch_qkv(
         .arg(&r.temporal)
         .arg(&r.rows)
         .arg(&r.cols)
-        .arg(&r.frame_base)
+        .arg(&r.frame_index)
         .arg(&r.max_frame)
         .arg(&pool)
         .arg(&runs)

@@ -4,6 +4,7 @@
 
 use super::device_io::copy_dtod;
 use super::*;
+use crate::backend::cuda::FrameScalar;
 use crate::backend::cuda::ops::RowCopy;
 
 /// The two halves of the main stream's work, each its own graph: the front's next call may wait
@@ -22,10 +23,7 @@ impl GpuSession {
     pub(super) fn forward(
         &mut self,
         part: Part,
-        s: usize,
-        committed: u64,
-        scale_frames: usize,
-        keyframe: bool,
+        step: PartStep,
         profile: Option<&mut Vec<(String, f64)>>,
     ) -> Result<(), CudaError> {
         let dev = Arc::clone(&self.dev);
@@ -42,10 +40,8 @@ impl GpuSession {
         };
         mark("start", &mut marks)?;
         match part {
-            Part::Aggregator => self.aggregate(s, committed, scale_frames, &mut |name| {
-                mark(name, &mut marks)
-            })?,
-            Part::Heads => self.heads(s, keyframe, &mut |name| mark(name, &mut marks))?,
+            Part::Aggregator => self.aggregate(step, &mut |name| mark(name, &mut marks))?,
+            Part::Heads => self.heads(step, &mut |name| mark(name, &mut marks))?,
         }
         if let Some(stages) = profile {
             // Stages that repeat (one per block) are summed.
@@ -63,11 +59,15 @@ impl GpuSession {
     /// The special tokens and the aggregator's blocks; `mark` ends a stage.
     fn aggregate(
         &mut self,
-        s: usize,
-        committed: u64,
-        scale_frames: usize,
+        step: PartStep,
         mark: &mut dyn FnMut(&'static str) -> Result<(), CudaError>,
     ) -> Result<(), CudaError> {
+        let PartStep {
+            s,
+            committed,
+            scale_frames,
+            ..
+        } = step;
         let dev = Arc::clone(&self.dev);
         let dev = &*dev;
         let sh = self.shape;
@@ -78,7 +78,8 @@ impl GpuSession {
         let cfg = model.config().clone();
 
         // Special tokens: the first frame of the stream and the scale frames have their own
-        // variants (fixed for graph-captured steps, which are always "later" frames).
+        // variants (fixed for graph-captured steps, which are always "later" frames; so are both
+        // frames of a two-frame step, whatever their kinds).
         for f in 0..s {
             let global = committed as usize + f;
             let first = usize::from(global != 0);
@@ -104,7 +105,9 @@ impl GpuSession {
         // Aggregator: frame block g, then global block g over the paged cache.
         let n = s * sh.tokens;
         let x = b.x.slice(0, n * c)?;
-        let rope_frame = self.kv.step_scalar_ptr(SCALAR_ROPE_FRAME)?;
+        let rope_frames = self.kv.frame_scalars_ptr(FrameScalar::RopeFrame)?;
+        // A two-frame step attends each frame to its own view of the cache.
+        let views = if step.pair { 2 } else { 1 };
         for (g, (fb, gb)) in w.frame_blocks.iter().zip(&w.global_blocks).enumerate() {
             // A tap is cat(frame block g's x, global block g's x) per token, [n][2C]: each half
             // is written by the last residual kernel of its block.
@@ -158,11 +161,12 @@ impl GpuSession {
                 Attend::Cache {
                     cache: &self.kv,
                     layer: g,
+                    views,
                     rope: Rope::Video3d {
                         tables: &self.rope,
                         tokens_per_frame: sh.tokens,
                         grid_w: sh.grid_w,
-                        frame_base: rope_frame,
+                        frame_index: rope_frames,
                     },
                     dense: self.dense,
                 },
@@ -187,10 +191,10 @@ impl GpuSession {
     /// ends a stage.
     fn heads(
         &mut self,
-        s: usize,
-        keyframe: bool,
+        step: PartStep,
         mark: &mut dyn FnMut(&'static str) -> Result<(), CudaError>,
     ) -> Result<(), CudaError> {
+        let s = step.s;
         let dev = Arc::clone(&self.dev);
         let dev = &*dev;
         let sh = self.shape;
@@ -207,16 +211,25 @@ impl GpuSession {
             .ok_or_else(|| CudaError::Invalid("the model has no taps".into()))?;
         let aggregated = dev.stream.record_event(None)?;
         self.side.stream.wait(&aggregated)?;
-        self.camera.forward(
-            &self.side,
-            model.camera_head(),
-            last_tap,
-            sh.tokens * 2 * c,
-            s,
-            self.kv.step_scalar_ptr(SCALAR_CAMERA_LEN)?,
-            keyframe,
-            b.pose.slice(0, s * POSE_ENC_LEN)?,
-        )?;
+        let camera_lens = self.kv.frame_scalars_ptr(FrameScalar::CameraLen)?;
+        // A call's frames attend to each other in the camera head; the two frames of a
+        // two-frame step must not (each sees the cache as it was streamed alone), so they run
+        // as two one-frame calls, each with its own cache length.
+        let calls = if step.pair { 2 } else { 1 };
+        let frames = s / calls;
+        for call in 0..calls {
+            let first = call * frames;
+            self.camera.forward(
+                &self.side,
+                model.camera_head(),
+                last_tap.slice(first * sh.tokens * 2 * c, frames * sh.tokens * 2 * c)?,
+                sh.tokens * 2 * c,
+                frames,
+                camera_lens.slice(call, 1)?,
+                step.keyframes[call],
+                b.pose.slice(first * POSE_ENC_LEN, frames * POSE_ENC_LEN)?,
+            )?;
+        }
         let posed = self.side.stream.record_event(None)?;
         if self.sc.profile_stages {
             // Timed one after the other when profiling, so each head has its own time.

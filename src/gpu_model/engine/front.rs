@@ -27,7 +27,7 @@ use super::super::transformer::{
     Attend, AttentionSetup, BlockScratch, Chain, GeluMode, block_forward,
 };
 use super::device_io::{ImageStaging, image_to_rgb8};
-use super::{Shape, StepGraph, StepImages, capture_graph};
+use super::{STREAMING_CALL_FRAMES, Shape, StepGraph, StepImages, capture_graph};
 
 /// The front's device buffers (carved from the session's arena).
 #[derive(Debug, Clone, Copy)]
@@ -63,9 +63,10 @@ pub(super) struct Front {
     pub dev: CudaDevice,
     gemm: Gemm,
     pub bufs: FrontBuffers,
-    /// DINO of one frame, captured after one eager run (its GEMM shapes are tuned by then).
-    graph: Option<StepGraph>,
-    warmed: bool,
+    /// DINO of a streaming call of one frame and of two (`[s - 1]`), each captured after one
+    /// eager run of its size (its GEMM shapes are tuned by then).
+    graphs: [Option<StepGraph>; STREAMING_CALL_FRAMES],
+    warmed: [bool; STREAMING_CALL_FRAMES],
     image_staging: ImageStaging,
     preprocess: DevicePreprocess,
     /// Recorded on the main stream after the last call's aggregator (its outputs were copied
@@ -98,8 +99,8 @@ impl Front {
             dev,
             gemm,
             bufs,
-            graph: None,
-            warmed: false,
+            graphs: Default::default(),
+            warmed: [false; STREAMING_CALL_FRAMES],
             image_staging,
             preprocess,
             start_after: None,
@@ -117,7 +118,8 @@ impl Front {
     }
 
     /// Queues the call's image upload (or device preprocessing), its 8-bit copy and DINO on the
-    /// front stream. `graphable`: a one-frame call may replay the captured DINO graph.
+    /// front stream. `graphable`: a streaming call (one frame or two) may replay the captured
+    /// DINO graph of its size.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn run(
         &mut self,
@@ -151,18 +153,21 @@ impl Front {
         }
         let image_upload_ms = image_clock.elapsed().as_secs_f64() * 1e3;
         let start = timed(&self.dev)?;
-        if graphable && self.graph.is_none() && self.warmed {
+        let graphable = graphable && (1..=STREAMING_CALL_FRAMES).contains(&s);
+        let size = s.clamp(1, STREAMING_CALL_FRAMES) - 1;
+        if graphable && self.graphs[size].is_none() && self.warmed[size] {
             let stream = Arc::clone(&self.dev.stream);
-            self.graph = capture_graph(&stream, || self.forward(s, shape, model, setup, gelu))?;
+            self.graphs[size] =
+                capture_graph(&stream, || self.forward(s, shape, model, setup, gelu))?;
         }
-        let graph = match &self.graph {
+        let graph = match &self.graphs[size] {
             Some(g) if graphable => {
                 g.0.launch()?;
                 true
             }
             _ => {
                 self.forward(s, shape, model, setup, gelu)?;
-                self.warmed |= graphable;
+                self.warmed[size] |= graphable;
                 false
             }
         };

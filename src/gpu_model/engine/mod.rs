@@ -8,6 +8,11 @@
 //! non-keyframe each have their own graph); from then on a frame costs the host one image upload,
 //! one page-table upload (which also carries the per-frame scalars the kernels read on the
 //! device), one graph launch and the download of the kept points.
+//!
+//! A streaming step may also hold two frames ([`GpuSession::submit_pair`]): every product runs on
+//! both frames' rows, while each frame's global attention reads its own view of the cache and
+//! the camera head runs once per frame, so each frame gets what it gets streamed alone
+//! (`kvcache::PairPlan`). Each kind of pair has its own graphs.
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -23,9 +28,11 @@ use crate::backend::cuda::attention::AttentionKernel;
 use crate::backend::cuda::gemm::{Gemm, SharedChoices, TuneRecord, Tuning};
 use crate::backend::cuda::ops::{self, Rope, RopeTables};
 use crate::backend::cuda::storage::{DeviceModel, DevicePlacement};
-use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache, KvGeometry};
+use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache, FrameScalar, KvGeometry};
 use crate::frame::RgbImage;
-use crate::kvcache::{CacheConfig, PageTable, SpecialPoolConfig, StepKind};
+use crate::kvcache::{
+    CacheConfig, PageTable, PairPlan, SpecialPoolConfig, StepKind, TableSnapshot,
+};
 use crate::model::pose::{Camera, decode_pose};
 use crate::model::spec::{DINO_REGISTERS, POSE_ENC_LEN, SPECIAL_TOKENS};
 use crate::model::weights::WeightStore;
@@ -49,12 +56,28 @@ use forward::Part;
 use front::{Front, FrontBuffers};
 use outputs::{OutputSlot, PendingCall};
 
-/// Calls a session holds submitted but not finished: one running, one queued behind it.
+/// Calls a stream keeps submitted but not finished: one running, one queued behind it.
 pub const MAX_IN_FLIGHT: usize = 2;
 
-/// Step scalar slots of the page-table upload.
-const SCALAR_ROPE_FRAME: usize = 0;
-const SCALAR_CAMERA_LEN: usize = 1;
+/// Calls a session can hold at once (its output slots): one more than [`MAX_IN_FLIGHT`], for a
+/// two-frame step that falls back to two one-frame calls behind a call in flight.
+pub const CALL_SLOTS: usize = MAX_IN_FLIGHT + 1;
+
+/// Frames of the largest streaming call ([`GpuSession::submit_pair`]).
+pub const STREAMING_CALL_FRAMES: usize = 2;
+
+/// Kinds of streaming call, each with its own graphs: one frame (non-keyframe, keyframe), then
+/// two frames by their kinds (see [`call_shape`]).
+const CALL_SHAPES: usize = 6;
+
+/// The graph slot of a streaming call of frames of these kinds (one or two).
+fn call_shape(keyframes: &[bool]) -> usize {
+    match *keyframes {
+        [k] => usize::from(k),
+        [k0, k1] => 2 + 2 * usize::from(k0) + usize::from(k1),
+        _ => 0,
+    }
+}
 
 /// The model's weights on one GPU (every part, heads included, uploaded once), shared by its
 /// sessions.
@@ -95,6 +118,9 @@ pub struct SessionConfig {
     pub dense: bool,
     /// How each GEMM shape picks its cuBLASLt algorithm (measured once, in the first eager step).
     pub gemm_tuning: Tuning,
+    /// Streaming frames will come two a step ([`GpuSession::submit_pair`]): `warm_up` also
+    /// tunes and captures those steps.
+    pub pair_steps: bool,
 }
 
 impl SessionConfig {
@@ -114,6 +140,7 @@ impl SessionConfig {
             profile_stages: false,
             dense: false,
             gemm_tuning: Tuning::Measure,
+            pair_steps: false,
         }
     }
 }
@@ -296,10 +323,10 @@ pub struct GpuSession {
     /// The frame-local attention's kernel and splits.
     local_setup: AttentionSetup,
     scale_frames: Option<usize>,
-    /// Graphs of the streaming step: [aggregator, heads][non-keyframe, keyframe], and eager
-    /// warm-ups done per kind.
-    graphs: [[Option<StepGraph>; 2]; 2],
-    warmed: [bool; 2],
+    /// Graphs of the streaming calls: [aggregator, heads][`call_shape`], and eager warm-ups done
+    /// per shape.
+    graphs: [[Option<StepGraph>; CALL_SHAPES]; 2],
+    warmed: [bool; CALL_SHAPES],
     arena_bytes: usize,
     /// Page-locked outputs of the calls in flight (one per call, in turn).
     slots: Vec<OutputSlot>,
@@ -318,6 +345,33 @@ pub enum StepImages<'a> {
     /// Decoded 8-bit frames of any size that preprocesses to the session's size: resized,
     /// cropped and scaled on the device exactly as `preprocess_rgb8` does on the host.
     Rgb8(&'a [&'a RgbImage]),
+}
+
+/// The two frames of a two-frame call's images, each as a one-frame call takes it.
+fn split_images(images: StepImages<'_>, plane: usize) -> Result<[StepImages<'_>; 2], CudaError> {
+    match images {
+        StepImages::Model(values) => {
+            if values.len() != 2 * 3 * plane {
+                return Err(CudaError::Invalid(format!(
+                    "a two-frame step takes 2 x {} model input values, got {}",
+                    3 * plane,
+                    values.len()
+                )));
+            }
+            let (first, second) = values.split_at(3 * plane);
+            Ok([StepImages::Model(first), StepImages::Model(second)])
+        }
+        StepImages::Rgb8(decoded) => match decoded {
+            [first, second] => Ok([
+                StepImages::Rgb8(std::slice::from_ref(first)),
+                StepImages::Rgb8(std::slice::from_ref(second)),
+            ]),
+            _ => Err(CudaError::Invalid(format!(
+                "a two-frame step takes 2 images, got {}",
+                decoded.len()
+            ))),
+        },
+    }
 }
 
 /// A captured part of a frame step.
@@ -344,9 +398,32 @@ struct PartStep {
     s: usize,
     committed: u64,
     scale_frames: usize,
-    keyframe: bool,
+    /// Whether each frame is a keyframe (a call of more than two frames is the scale frames,
+    /// all committed: `[true, true]`).
+    keyframes: [bool; 2],
+    /// A two-frame step: each frame attends to its own view of the cache.
+    pair: bool,
     /// A streaming step: may replay (or capture) its part's graph.
     graphable: bool,
+}
+
+impl PartStep {
+    /// The frames' kinds as a slice (one entry for a one-frame call).
+    fn kinds(&self) -> &[bool] {
+        if self.pair {
+            &self.keyframes
+        } else {
+            &self.keyframes[..1]
+        }
+    }
+}
+
+/// What the page table planned for a call.
+enum CallPlan {
+    /// Frames `frames` in one step of the table: the scale frames, or one streaming frame.
+    Step { frames: Range<u64>, keyframe: bool },
+    /// Two streaming frames, each seeing what it would see alone (`PageTable::plan_pair`, done).
+    Pair(Box<PairPlan>, TableSnapshot),
 }
 
 // SAFETY: an instantiated graph is launched on the session's stream with its context bound
@@ -387,7 +464,8 @@ impl GpuSession {
             embed: cfg.embed,
             hidden: cfg.embed * cfg.mlp_ratio,
             heads: cfg.heads,
-            max_call: cfg.scale_frames.max(1),
+            // The scale frames, or a two-frame streaming step.
+            max_call: cfg.scale_frames.max(STREAMING_CALL_FRAMES),
         };
 
         let mut cache_cfg = CacheConfig::new(
@@ -403,10 +481,16 @@ impl GpuSession {
             ..cache_cfg.special_pool
         };
         let table = PageTable::new(cache_cfg).map_err(cache_err)?;
-        let geometry = KvGeometry::for_table(&table);
+        // The pools also hold the scratch pages of a two-frame step's non-keyframe first frame.
+        let geometry = KvGeometry {
+            max_pages: table.max_pages() + table.pair_scratch_pages(),
+            ..KvGeometry::for_table(&table)
+        };
         // Enough write runs for the largest call: each frame's patches and specials may straddle
         // a page boundary.
-        let mut kv = DeviceKvCache::new(&dev, geometry, 4 * shape.max_call + 8)?;
+        let call_frames = shape.max_call.max(STREAMING_CALL_FRAMES);
+        let mut kv =
+            DeviceKvCache::with_call_frames(&dev, geometry, 4 * call_frames + 8, call_frames)?;
         kv.freeze();
 
         let mut gemm = Gemm::new(&dev)?;
@@ -466,7 +550,7 @@ impl GpuSession {
             sc.gemm_tuning,
             &model.gemm_choices,
         )?;
-        let slots = (0..MAX_IN_FLIGHT)
+        let slots = (0..CALL_SLOTS)
             .map(|_| OutputSlot::new(&dev, shape.max_call, shape.plane(), sc.download_maps))
             .collect::<Result<Vec<_>, _>>()?;
         dev.stream.synchronize()?;
@@ -495,7 +579,7 @@ impl GpuSession {
             local_setup,
             scale_frames: None,
             graphs: Default::default(),
-            warmed: [false, false],
+            warmed: [false; CALL_SHAPES],
             arena_bytes,
             slots,
             pending: VecDeque::new(),
@@ -637,7 +721,7 @@ impl GpuSession {
             self.sc.min_confidence = min_confidence;
             self.sc.point_stride = stride.max(1);
             self.graphs = Default::default();
-            self.warmed = [false, false];
+            self.warmed = [false; CALL_SHAPES];
         }
     }
 
@@ -659,11 +743,26 @@ impl GpuSession {
             ));
         }
         let plane = self.shape.plane();
-        let scale = self.shape.max_call;
-        let grey = vec![0.5f32; scale * 3 * plane];
-        self.step(&grey, 0..scale as u64, true)?;
-        for (frame, keyframe) in (scale as u64..).zip([true, true, false, false]) {
+        let scale = self.weights.config().scale_frames.max(1);
+        let grey = vec![0.5f32; scale.max(STREAMING_CALL_FRAMES) * 3 * plane];
+        self.step(&grey[..scale * 3 * plane], 0..scale as u64, true)?;
+        let mut frame = scale as u64;
+        for keyframe in [true, true, false, false] {
             self.step(&grey[..3 * plane], frame..frame + 1, keyframe)?;
+            frame += 1;
+        }
+        if self.sc.pair_steps {
+            // Each kind of pair twice: an eager run, then its capture.
+            for keyframes in [[true, true], [true, false], [false, true], [false, false]] {
+                for _ in 0..2 {
+                    let images = StepImages::Model(&grey[..2 * 3 * plane]);
+                    let calls = self.submit_pair(images, [frame, frame + 1], keyframes)?;
+                    for _ in 0..calls {
+                        self.finish()?;
+                    }
+                    frame += 2;
+                }
+            }
         }
         let cfg = self.table.config().clone();
         self.table = PageTable::new(cfg).map_err(cache_err)?;
@@ -711,14 +810,204 @@ impl GpuSession {
         frames: Range<u64>,
         keyframe: bool,
     ) -> Result<(), CudaError> {
-        let submitted = Instant::now();
-        self.dev.ctx.bind_to_thread()?;
-        let sh = self.shape;
-        let s = frames.end.saturating_sub(frames.start) as usize;
-        let plane = sh.plane();
+        self.submit_call(images, CallPlan::Step { frames, keyframe }, MAX_IN_FLIGHT)
+    }
+
+    /// Queues two streaming frames (`images` holds both) as one step of two: every product of
+    /// the model runs on both frames' rows at once, while each frame's global attention and
+    /// camera head see exactly what they would see if the frames were submitted one by one
+    /// (`kvcache::PairPlan`). The first frame's result waits for the second: a frame period of
+    /// latency for fewer, fuller launches. When the page table cannot plan the two together (a
+    /// dropped special page, a cache error), the two go as two one-frame calls. Returns the
+    /// calls queued (1 or 2), each finished by its own [`Self::finish`]. Counts as one call in
+    /// flight (at most [`MAX_IN_FLIGHT`]); its fallback may take the session's spare slot.
+    pub fn submit_pair(
+        &mut self,
+        images: StepImages<'_>,
+        frames: [u64; 2],
+        keyframes: [bool; 2],
+    ) -> Result<usize, CudaError> {
         if self.pending.len() >= MAX_IN_FLIGHT {
             return Err(CudaError::Invalid(format!(
                 "{MAX_IN_FLIGHT} calls are in flight already; finish one first"
+            )));
+        }
+        if self.scale_frames.is_none() {
+            return Err(CudaError::Invalid(
+                "the first call of a stream is phase 1 (the scale frames), not a two-frame step"
+                    .into(),
+            ));
+        }
+        let plane = self.shape.plane();
+        let [first, second] = split_images(images, plane)?;
+        let kind = |k: bool| {
+            if k {
+                StepKind::Keyframe
+            } else {
+                StepKind::NonKeyframe
+            }
+        };
+        let before = self
+            .table
+            .snapshot()
+            .ok_or_else(|| CudaError::Invalid("a page-table step is in progress".into()))?;
+        match self
+            .table
+            .plan_pair(frames, keyframes.map(kind))
+            .map_err(cache_err)?
+        {
+            Some(plan) => {
+                let call = CallPlan::Pair(Box::new(plan), before);
+                self.submit_call(images, call, MAX_IN_FLIGHT)?;
+                Ok(1)
+            }
+            None => {
+                let frames = frames.iter().zip(keyframes);
+                for (images, (frame, keyframe)) in [first, second].into_iter().zip(frames) {
+                    let call = CallPlan::Step {
+                        frames: *frame..*frame + 1,
+                        keyframe,
+                    };
+                    self.submit_call(images, call, CALL_SLOTS)?;
+                }
+                Ok(2)
+            }
+        }
+    }
+
+    /// Plans (a `Step`; a `Pair` comes planned), uploads and queues a call, with fewer than
+    /// `limit` calls in flight before it.
+    fn submit_call(
+        &mut self,
+        images: StepImages<'_>,
+        call: CallPlan,
+        limit: usize,
+    ) -> Result<(), CudaError> {
+        let submitted = Instant::now();
+        self.dev.ctx.bind_to_thread()?;
+        let (s, keyframes, pair) = match &call {
+            CallPlan::Step { frames, keyframe } => (
+                frames.end.saturating_sub(frames.start) as usize,
+                [*keyframe; 2],
+                false,
+            ),
+            CallPlan::Pair(plan, _) => (2, plan.kinds.map(|k| k == StepKind::Keyframe), true),
+        };
+        let result = self.check_call(images, &call, s, limit);
+        let (committed, scale_frames) = match result {
+            Ok(checked) => checked,
+            Err(e) => {
+                if let CallPlan::Pair(_, before) = call {
+                    self.table.restore_snapshot(before);
+                }
+                return Err(e);
+            }
+        };
+        // The per-frame scalars the kernels read on the device: each frame's 3D RoPE index and
+        // the camera cache length it sees (the frames committed before it).
+        let (rope, camera): (Vec<u32>, Vec<u32>) = match &call {
+            CallPlan::Step { .. } => (
+                (0..s).map(|f| (committed as usize + f) as u32).collect(),
+                vec![committed as u32],
+            ),
+            CallPlan::Pair(plan, _) => {
+                let before = plan.committed_before.map(|c| c as u32);
+                (before.to_vec(), before.to_vec())
+            }
+        };
+        let mut uploaded = self
+            .kv
+            .set_frame_scalars(FrameScalar::RopeFrame, &rope)
+            .and_then(|_| self.kv.set_frame_scalars(FrameScalar::CameraLen, &camera));
+        if let Err(e) = uploaded {
+            if let CallPlan::Pair(_, before) = call {
+                self.table.restore_snapshot(before);
+            }
+            return Err(e);
+        }
+        uploaded = match &call {
+            CallPlan::Step { frames, keyframe } => {
+                let kind = if *keyframe {
+                    StepKind::Keyframe
+                } else {
+                    StepKind::NonKeyframe
+                };
+                // The plan is borrowed from the table, not copied: the upload is the only
+                // reader. The upload is stream-ordered, so a call still running keeps the table
+                // it was given.
+                let plan = self
+                    .table
+                    .begin_step(frames.clone(), kind)
+                    .map_err(cache_err)?;
+                self.kv.upload_step(&self.dev, plan)
+            }
+            CallPlan::Pair(plan, _) => self.kv.upload_pair(&self.dev, plan),
+        };
+        if let Err(e) = uploaded {
+            // The upload's error is the one to report.
+            self.roll_back(&call);
+            return Err(e);
+        }
+        let slot = self.next_slot;
+        let step = PartStep {
+            s,
+            committed,
+            scale_frames,
+            keyframes,
+            pair,
+            // Streaming steps (one frame or a pair, the "later frame" token variants) replay a
+            // graph.
+            graphable: self.sc.graphs
+                && s <= STREAMING_CALL_FRAMES
+                && committed >= 1
+                && committed as usize >= scale_frames,
+        };
+        let result = self.launch_call(images, step, slot, submitted);
+        match result {
+            Ok(mut pending) => {
+                if let CallPlan::Step { .. } = call {
+                    self.table.end_step().map_err(cache_err)?;
+                }
+                pending.host_ms = submitted.elapsed().as_secs_f64() * 1e3;
+                self.next_slot = (slot + 1) % CALL_SLOTS;
+                self.pending.push_back(pending);
+                Ok(())
+            }
+            Err(e) => {
+                // Leave the stream as it was before the call; the step's error is the one to
+                // report.
+                self.roll_back(&call);
+                Err(e)
+            }
+        }
+    }
+
+    /// Undoes the page table's plan of a call that failed; a failed rollback is only logged.
+    fn roll_back(&mut self, call: &CallPlan) {
+        match call {
+            CallPlan::Step { .. } => {
+                if let Err(abort) = self.table.abort_step() {
+                    tracing::warn!("rolling back the failed step: {abort}");
+                }
+            }
+            CallPlan::Pair(_, before) => self.table.restore_snapshot(before.clone()),
+        }
+    }
+
+    /// Checks a call against the session before anything is planned or queued: returns the
+    /// frames committed before it and the stream's scale frames.
+    fn check_call(
+        &mut self,
+        images: StepImages<'_>,
+        call: &CallPlan,
+        s: usize,
+        limit: usize,
+    ) -> Result<(u64, usize), CudaError> {
+        let sh = self.shape;
+        let plane = sh.plane();
+        if self.pending.len() >= limit.min(CALL_SLOTS) {
+            return Err(CudaError::Invalid(format!(
+                "{limit} calls are in flight already; finish one first"
             )));
         }
         let given = match images {
@@ -736,10 +1025,29 @@ impl GpuSession {
             }
             StepImages::Rgb8(decoded) => decoded.len(),
         };
+        let (first, last_committed) = match call {
+            CallPlan::Step { frames, keyframe } => {
+                if !keyframe && s != 1 {
+                    return Err(CudaError::Invalid(
+                        "a non-keyframe call holds exactly one frame".into(),
+                    ));
+                }
+                if self.scale_frames.is_none() && !keyframe {
+                    return Err(CudaError::Invalid(
+                        "the first call of a stream is phase 1 (the scale frames) and must be a keyframe call"
+                            .into(),
+                    ));
+                }
+                let committed = self.table.committed_frames();
+                (frames.start, committed + s as u64)
+            }
+            // The table has planned the pair already: its frames are (or were) committed.
+            CallPlan::Pair(plan, _) => (plan.frames[0], plan.committed_before[1] + 1),
+        };
         if s == 0 || given != s {
             return Err(CudaError::Invalid(format!(
-                "a call of frames {}..{} needs {s} images, got {given}",
-                frames.start, frames.end
+                "a call of frames {first}..{} needs {s} images, got {given}",
+                first + s as u64
             )));
         }
         if s > sh.max_call {
@@ -748,152 +1056,104 @@ impl GpuSession {
                 sh.max_call
             )));
         }
-        if !keyframe && s != 1 {
-            return Err(CudaError::Invalid(
-                "a non-keyframe call holds exactly one frame".into(),
-            ));
-        }
-        if self.scale_frames.is_none() && !keyframe {
-            return Err(CudaError::Invalid(
-                "the first call of a stream is phase 1 (the scale frames) and must be a keyframe call"
-                    .into(),
-            ));
-        }
         let cfg = self.weights.config();
         let scale_frames = *self.scale_frames.get_or_insert(s.min(cfg.scale_frames));
-        let committed = self.table.committed_frames();
-        if committed as usize + s > cfg.max_frame_num {
+        if last_committed as usize > cfg.max_frame_num {
             return Err(CudaError::Invalid(format!(
-                "frames {}..{} exceed the 3D RoPE table of max_frame_num = {} (raise the keyframe interval)",
-                committed,
-                committed as usize + s,
+                "frames up to {last_committed} exceed the 3D RoPE table of max_frame_num = {} (raise the keyframe interval)",
                 cfg.max_frame_num
             )));
         }
-        if committed as usize + s > self.sc.max_frames {
+        if last_committed as usize > self.sc.max_frames {
             return Err(CudaError::Invalid(format!(
-                "the session was sized for {} committed frames; frame {} would exceed it",
+                "the session was sized for {} committed frames; frame {last_committed} would exceed it",
                 self.sc.max_frames,
-                committed as usize + s
             )));
         }
-        let kind = if keyframe {
-            StepKind::Keyframe
-        } else {
-            StepKind::NonKeyframe
+        let committed = match call {
+            CallPlan::Step { .. } => self.table.committed_frames(),
+            CallPlan::Pair(plan, _) => plan.committed_before[0],
         };
-        let plan = self
-            .table
-            .begin_step(frames.clone(), kind)
-            .map_err(cache_err)?;
-        // The plan is borrowed from the table, not copied: the upload is the only reader. The
-        // upload is stream-ordered, so a call still running keeps the table it was given.
-        let uploaded = self
-            .kv
-            .set_step_scalars(&[committed as u32, committed as u32])
-            .and_then(|_| self.kv.upload_step(&self.dev, plan));
-        if let Err(e) = uploaded {
-            // The upload's error is the one to report; a failed rollback is only logged.
-            if let Err(abort) = self.table.abort_step() {
-                tracing::warn!("rolling back the failed step: {abort}");
-            }
-            return Err(e);
+        Ok((committed, scale_frames))
+    }
+
+    /// Queues a planned call: the front (images, DINO), the aggregator, the heads and the
+    /// downloads into output slot `slot`.
+    fn launch_call(
+        &mut self,
+        images: StepImages<'_>,
+        step: PartStep,
+        slot: usize,
+        submitted: Instant,
+    ) -> Result<PendingCall, CudaError> {
+        let sh = self.shape;
+        let s = step.s;
+        let plane = sh.plane();
+        let front = self.front.run(
+            images,
+            s,
+            &sh,
+            &self.weights,
+            self.local_setup,
+            self.sc.gelu,
+            self.sc.graphs && s <= STREAMING_CALL_FRAMES && self.scale_frames.is_some(),
+        )?;
+        // The main stream takes the front's outputs into its own buffers at once: the
+        // front's next call may overwrite them as soon as the aggregator is done.
+        let c = sh.embed;
+        self.dev.stream.wait(&front.done)?;
+        copy_dtod(
+            &self.dev,
+            self.front.bufs.tokens.slice(0, s * sh.tokens * c)?,
+            self.bufs.x.slice(0, s * sh.tokens * c)?,
+        )?;
+        copy_dtod(
+            &self.dev,
+            self.front.bufs.rgb.slice(0, s * 3 * plane)?,
+            self.bufs.rgb.slice(0, s * 3 * plane)?,
+        )?;
+        let mut stages = Vec::new();
+        if self.sc.profile_stages {
+            // The front's time alone: nothing else ran beside it (the profiled steps run
+            // one at a time).
+            let ms = front.start.elapsed_ms(&front.done)? as f64;
+            stages.push(("dino".to_owned(), ms));
         }
-        let slot = self.next_slot;
-        let result = (|| {
-            let front = self.front.run(
-                images,
-                s,
-                &sh,
-                &self.weights,
-                self.local_setup,
-                self.sc.gelu,
-                self.sc.graphs && s == 1,
-            )?;
-            // The main stream takes the front's outputs into its own buffers at once: the
-            // front's next call may overwrite them as soon as the aggregator is done.
-            let c = sh.embed;
-            self.dev.stream.wait(&front.done)?;
-            copy_dtod(
-                &self.dev,
-                self.front.bufs.tokens.slice(0, s * sh.tokens * c)?,
-                self.bufs.x.slice(0, s * sh.tokens * c)?,
-            )?;
-            copy_dtod(
-                &self.dev,
-                self.front.bufs.rgb.slice(0, s * 3 * plane)?,
-                self.bufs.rgb.slice(0, s * 3 * plane)?,
-            )?;
-            let mut stages = Vec::new();
-            if self.sc.profile_stages {
-                // The front's time alone: nothing else ran beside it (the profiled steps run
-                // one at a time).
-                let ms = front.start.elapsed_ms(&front.done)? as f64;
-                stages.push(("dino".to_owned(), ms));
-            }
-            // Streaming steps (one frame, the "later frame" token variants) replay a graph.
-            let graphable =
-                self.sc.graphs && s == 1 && committed >= 1 && committed as usize >= scale_frames;
-            let step = PartStep {
-                s,
-                committed,
-                scale_frames,
-                keyframe,
-                graphable,
-            };
-            let aggregator_start = self.event()?;
-            let aggregated = self.run_part(Part::Aggregator, step, &mut stages)?;
-            let aggregator_end = self.event()?;
-            // The next frame's DINO starts here, beside this frame's heads (measured on the
-            // H200: 0.19 ms a frame better than after the heads; starting at once, beside the
-            // aggregator, gains nothing: docs/gpu-model.md).
-            self.front.may_start_after(
-                self.dev
-                    .stream
-                    .record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?,
-            );
-            let heads = self.run_part(Part::Heads, step, &mut stages)?;
-            if graphable {
-                self.warmed[usize::from(keyframe)] = true;
-            }
-            let graph = aggregated && heads;
-            let end = self.event()?;
-            self.queue_downloads(slot, s)?;
-            let copied = self.event()?;
-            Ok::<_, CudaError>(PendingCall {
-                slot,
-                frames: s,
-                submitted,
-                host_ms: 0.0,
-                image_upload_ms: front.image_upload_ms,
-                graph: graph && front.graph,
-                stages,
-                preprocess_start: front.preprocess_start,
-                start: front.start,
-                dino_end: front.done,
-                aggregator_start,
-                aggregator_end,
-                end,
-                copied,
-            })
-        })();
-        match result {
-            Ok(mut call) => {
-                self.table.end_step().map_err(cache_err)?;
-                call.host_ms = submitted.elapsed().as_secs_f64() * 1e3;
-                self.next_slot = (slot + 1) % MAX_IN_FLIGHT;
-                self.pending.push_back(call);
-                Ok(())
-            }
-            Err(e) => {
-                // Leave the stream as it was before the call; the step's error is the one to
-                // report, a failed rollback is only logged.
-                if let Err(abort) = self.table.abort_step() {
-                    tracing::warn!("rolling back the failed step: {abort}");
-                }
-                Err(e)
-            }
+        let aggregator_start = self.event()?;
+        let aggregated = self.run_part(Part::Aggregator, step, &mut stages)?;
+        let aggregator_end = self.event()?;
+        // The next frame's DINO starts here, beside this frame's heads (measured on the
+        // H200: 0.19 ms a frame better than after the heads; starting at once, beside the
+        // aggregator, gains nothing: docs/gpu-model.md).
+        self.front.may_start_after(
+            self.dev
+                .stream
+                .record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))?,
+        );
+        let heads = self.run_part(Part::Heads, step, &mut stages)?;
+        if step.graphable {
+            self.warmed[call_shape(step.kinds())] = true;
         }
+        let graph = aggregated && heads;
+        let end = self.event()?;
+        self.queue_downloads(slot, s)?;
+        let copied = self.event()?;
+        Ok(PendingCall {
+            slot,
+            frames: s,
+            submitted,
+            host_ms: 0.0,
+            image_upload_ms: front.image_upload_ms,
+            graph: graph && front.graph,
+            stages,
+            preprocess_start: front.preprocess_start,
+            start: front.start,
+            dino_end: front.done,
+            aggregator_start,
+            aggregator_end,
+            end,
+            copied,
+        })
     }
 
     /// Waits for the oldest submitted call and returns its outputs.
@@ -946,28 +1206,20 @@ impl GpuSession {
         step: PartStep,
         stages: &mut Vec<(String, f64)>,
     ) -> Result<bool, CudaError> {
-        let PartStep {
-            s,
-            committed,
-            scale_frames,
-            keyframe,
-            graphable,
-        } = step;
-        let (part_ix, kind_ix) = (part as usize, usize::from(keyframe));
-        if graphable && self.graphs[part_ix][kind_ix].is_none() && self.warmed[kind_ix] {
+        let (part_ix, shape_ix) = (part as usize, call_shape(step.kinds()));
+        if step.graphable && self.graphs[part_ix][shape_ix].is_none() && self.warmed[shape_ix] {
             let stream = Arc::clone(&self.dev.stream);
-            self.graphs[part_ix][kind_ix] = capture_graph(&stream, || {
-                self.forward(part, s, committed, scale_frames, keyframe, None)
-            })?;
+            self.graphs[part_ix][shape_ix] =
+                capture_graph(&stream, || self.forward(part, step, None))?;
         }
-        match &self.graphs[part_ix][kind_ix] {
-            Some(g) if graphable => {
+        match &self.graphs[part_ix][shape_ix] {
+            Some(g) if step.graphable => {
                 g.0.launch()?;
                 Ok(true)
             }
             _ => {
                 let profile = self.sc.profile_stages.then_some(stages);
-                self.forward(part, s, committed, scale_frames, keyframe, profile)?;
+                self.forward(part, step, profile)?;
                 Ok(false)
             }
         }
