@@ -156,8 +156,9 @@ extern "C" __global__ void __launch_bounds__(1024)
 #define LIN_PRO_EMBED 2  // x = bf16(SiLU(eb + ew · pose)), ew f32 [k][9], pose rows pose_stride apart
 // Epilogues (where y goes; "v" is the accumulated dot product, b the bias or 0).
 #define LIN_EPI_F32 0        // out_f32[r][n] = v + b
-#define LIN_EPI_BF16 1       // out_bf16[r][n] = bf16(v + b); with append, columns >= width
-                             // (K | V of a qkv row) also go to cache slot *cache_len + r
+#define LIN_EPI_BF16 1       // out_bf16[r][n] = bf16(v + b); for rows r in the append mask,
+                             // columns >= width (K | V of a qkv row) also go to cache slot
+                             // *cache_len + r, or cache_len[r] with own_lens
 #define LIN_EPI_BF16_GELU 2  // out_bf16[r][n] = bf16(GELU(bf16(v + b)))
 #define LIN_EPI_RESID 3      // h[r][n] += gamma[n] (v + b)
 #define LIN_EPI_MODULATE 4   // NC = 3, columns (c, c + W, c + 2W) = shift, scale, gate:
@@ -203,11 +204,11 @@ struct LinArgs {
     u32 pose_stride;
     u32 capacity;
     u32 width;
-    u32 append;
+    u32 append;  // rows whose K/V go to the cache: bit r for row r (rows < 32)
     u32 first;
     u32 groups;
     u32 group_stride;
-    u32 pad0;
+    u32 own_lens;  // row r has its own cache length cache_len[r] (a two-frame step)
     u32 pad1;
 };
 
@@ -265,8 +266,8 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
                 const u32 col = g + c * a.group_stride;
                 const u16 o = f32_to_bf16(y[c]);
                 a.out_bf16[(u64)row * a.n + col] = o;
-                if (a.append && col >= a.width) {
-                    const u64 slot = (u64)cache_len + row;
+                if (row < 32 && ((a.append >> row) & 1u) && col >= a.width) {
+                    const u64 slot = a.own_lens ? (u64)a.cache_len[row] : (u64)cache_len + row;
                     if (slot < a.capacity) {
                         u16* dst = col < 2 * a.width ? a.cache_k : a.cache_v;
                         dst[slot * a.width + col % a.width] = o;
@@ -609,7 +610,9 @@ LIN_SWEEP_ENTRY(cam_sweep_k8192, 4)
 
 // ---------------------------------------------------------------------------------------------
 // Attention of the frames' queries over cache[0 .. cache_len) followed by the current frames'
-// keys (N = cache_len + frames keys, no mask), split over `splits` CTAs per (query, head):
+// keys (N = cache_len + frames keys, no mask), split over `splits` CTAs per (query, head); with
+// own_lens (the two frames of a two-frame step, each as if streamed alone) frame r attends to
+// cache[0 .. cache_len[r]) followed by its own key alone:
 // split s takes keys [s * chunk, min(N, (s + 1) * chunk)), chunk = ceil(N / splits), computed on
 // the device since N is. Each writes its normalised partial output and its log2-sum-exp; the
 // last split of a (frame, head) to finish (a device counter per (frame, head), reset by that
@@ -624,7 +627,8 @@ LIN_SWEEP_ENTRY(cam_sweep_k8192, 4)
 extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     cam_attention_partial(const u16* __restrict__ qkv, const u16* __restrict__ cache_k,
                           const u16* __restrict__ cache_v, const u32* __restrict__ cache_len_ptr,
-                          u32 capacity, u32 frames, u32 width, u32 head_dim, u32 splits,
+                          u32 own_lens, u32 capacity, u32 frames, u32 width, u32 head_dim,
+                          u32 splits,
                           float scale_log2, float* __restrict__ part_o,
                           float* __restrict__ part_lse, u32* __restrict__ counters,
                           u16* __restrict__ out) {
@@ -640,8 +644,10 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
     const u32 group = lane / lanes_per_key, part = lane % lanes_per_key;
     const u32 keys_per_round = ATT_WARPS * keys_per_warp;
 
-    const u32 cached = min(*cache_len_ptr, capacity);
-    const u32 n_keys = cached + frames;
+    const u32 cached = min(cache_len_ptr[own_lens ? r : 0], capacity);
+    const u32 n_keys = cached + (own_lens ? 1 : frames);
+    // Row of the qkv scratch holding key `cached + i`.
+    const u32 first_own = own_lens ? r : 0;
     const u32 chunk = (n_keys + splits - 1) / splits;
     const u32 begin = min(split * chunk, n_keys);
     const u32 end = min(begin + chunk, n_keys);
@@ -672,7 +678,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
                 kp = cache_k + (u64)t * width;
                 vp = cache_v + (u64)t * width;
             } else {
-                const u16* row = qkv + (u64)(t - cached) * qkv_row;
+                const u16* row = qkv + (u64)(first_own + t - cached) * qkv_row;
                 kp = row + width;
                 vp = row + 2 * width;
             }

@@ -450,3 +450,135 @@ fn small_m_linear_matches_f64() {
         }
     }
 }
+
+/// The two frames of a two-frame step in one call (`forward_pair`): every kind of pair gives
+/// each frame the pose it gets in a call of its own, on the GPU (one-frame calls of a second
+/// head state) and against the CPU head; a non-keyframe leaves no trace in the cache and a
+/// keyframe's K/V land where a call of its own puts them.
+fn pairs_match_single_calls(cfg: &ModelConfig, label: &str) {
+    let Some(dev) = device() else { return };
+    let width = cfg.head_input_dim();
+    let heads = random_camera_head(&dev, cfg, 21);
+    let (scale, capacity) = (2, 16);
+    let mut single = GpuCameraHead::new(&dev, &heads.gpu, scale, capacity).expect("upload");
+    let mut paired = GpuCameraHead::new(&dev, &heads.gpu, scale, capacity).expect("upload");
+    let mut cpu_cache = CameraCache::default();
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut frame_tokens = |frames: usize| -> Vec<f32> {
+        (0..frames * width)
+            .map(|_| rng.random_range(-1.7f32..1.7))
+            .collect()
+    };
+    let tokens_dev: CudaSlice<f32> = dev.stream.alloc_zeros(2 * width).expect("tokens");
+    let pose_dev: CudaSlice<f32> = dev.stream.alloc_zeros(2 * POSE).expect("pose");
+    let lens_dev: CudaSlice<u32> = dev.stream.alloc_zeros(2).expect("lengths");
+    let mut tokens_dev = tokens_dev;
+    let mut lens_dev = lens_dev;
+    let mut run = |gpu: &mut GpuCameraHead, tokens: &[f32], lens: &[u32], keys: &[bool]| {
+        dev.stream
+            .memcpy_htod(tokens, &mut tokens_dev)
+            .expect("tokens upload");
+        dev.stream
+            .memcpy_htod(lens, &mut lens_dev)
+            .expect("lengths upload");
+        match keys {
+            &[k0, k1] => gpu.forward_pair(
+                &dev,
+                &heads.gpu,
+                DevPtr::of(&tokens_dev),
+                width,
+                DevPtr::of(&lens_dev),
+                [k0, k1],
+                DevPtr::of(&pose_dev),
+            ),
+            _ => gpu.forward(
+                &dev,
+                &heads.gpu,
+                DevPtr::of(&tokens_dev),
+                width,
+                tokens.len() / width,
+                DevPtr::of(&lens_dev),
+                keys[0],
+                DevPtr::of(&pose_dev),
+            ),
+        }
+        .expect("gpu forward");
+        let pose = dev.stream.clone_dtoh(&pose_dev).expect("pose read");
+        pose[..tokens.len() / width * POSE].to_vec()
+    };
+    // Phase 1 on both states and the CPU.
+    let phase1 = frame_tokens(scale);
+    run(&mut single, &phase1, &[0, 0], &[true]);
+    run(&mut paired, &phase1, &[0, 0], &[true]);
+    heads
+        .cpu
+        .forward(&phase1, scale, &mut cpu_cache, true, None)
+        .expect("cpu forward");
+    let mut committed = scale as u32;
+    let (k, n) = (true, false);
+    let (mut worst_gpu, mut worst_cpu) = (0.0f64, 0.0f64);
+    for keys in [[k, k], [k, n], [n, k], [n, n], [k, k], [n, k]] {
+        let two = frame_tokens(2);
+        let lens = [committed, committed + u32::from(keys[0])];
+        let got = run(&mut paired, &two, &lens, &keys);
+        for f in 0..2 {
+            let one = &two[f * width..(f + 1) * width];
+            let alone = run(&mut single, one, &[lens[f], 0], &[keys[f]]);
+            let cpu = heads
+                .cpu
+                .forward(one, 1, &mut cpu_cache, keys[f], None)
+                .expect("cpu forward");
+            let pair_pose = &got[f * POSE..(f + 1) * POSE];
+            let (e_gpu, e_cpu) = (compare(pair_pose, &alone).rel, compare(pair_pose, &cpu).rel);
+            eprintln!(
+                "{label}: pair {keys:?} frame {f}: against a call of its own {e_gpu:.2e}, against the CPU {e_cpu:.2e}"
+            );
+            worst_gpu = worst_gpu.max(e_gpu);
+            worst_cpu = worst_cpu.max(e_cpu);
+        }
+        committed += keys.iter().map(|&k| u32::from(k)).sum::<u32>();
+        assert_eq!(cpu_cache.frames(), committed as usize);
+        // The committed slots hold the same K/V either way.
+        let (a, b) = (
+            single.read_cache(&dev).expect("cache"),
+            paired.read_cache(&dev).expect("cache"),
+        );
+        let used = |c: &[bf16]| -> Vec<f32> {
+            c.chunks_exact(capacity * width)
+                .flat_map(|plane| {
+                    plane[..committed as usize * width]
+                        .iter()
+                        .map(|v| v.to_f32())
+                })
+                .collect()
+        };
+        let e_cache = compare(&used(&b.0), &used(&a.0))
+            .rel
+            .max(compare(&used(&b.1), &used(&a.1)).rel);
+        assert!(
+            e_cache < 1e-2,
+            "{label}: pair {keys:?}: cache differs from one-frame calls ({e_cache:.2e})"
+        );
+    }
+    eprintln!(
+        "{label}: pairs worst {worst_gpu:.2e} against one-frame calls, {worst_cpu:.2e} against the CPU"
+    );
+    assert!(
+        worst_gpu < 5e-3,
+        "{label}: pairs differ from one-frame calls: {worst_gpu}"
+    );
+    assert!(
+        worst_cpu < TOLERANCE,
+        "{label}: pairs differ from the CPU: {worst_cpu}"
+    );
+}
+
+#[test]
+fn pair_calls_match_single_calls_tiny() {
+    pairs_match_single_calls(&ModelConfig::tiny(), "tiny");
+}
+
+#[test]
+fn pair_calls_match_single_calls_full_width() {
+    pairs_match_single_calls(&ModelConfig::default(), "full width");
+}

@@ -118,6 +118,15 @@ fn default_splits(sm_count: usize, heads: usize, max_keys: usize) -> usize {
         .clamp(1, MAX_SPLITS)
 }
 
+/// Which rows of a call write their K/V to the cache, and whether each row has its own cache
+/// length (the two frames of a two-frame step) or all rows follow `*cache_len`.
+#[derive(Debug, Clone, Copy)]
+struct CallRows {
+    /// Bit r: row r's K/V go to the cache.
+    append: u32,
+    own_lens: bool,
+}
+
 /// A kernel argument: device addresses travel as u64.
 enum Arg {
     U64(u64),
@@ -339,6 +348,72 @@ impl GpuCameraHead {
         append: bool,
         pose_enc_out: DevPtr<f32>,
     ) -> Result<(), CudaError> {
+        if frames > 32 {
+            return Err(invalid(format!(
+                "camera head: {frames} frames in a call, at most 32"
+            )));
+        }
+        let rows = CallRows {
+            append: if append { (1u32 << frames) - 1 } else { 0 },
+            own_lens: false,
+        };
+        self.forward_rows(
+            dev,
+            weights,
+            tokens,
+            token_stride,
+            frames,
+            cache_len,
+            rows,
+            pose_enc_out,
+        )
+    }
+
+    /// The two frames of a two-frame step in one call, each as if streamed alone: frame f
+    /// attends to the first `cache_lens[f]` frames of the cache and itself (not to the other
+    /// frame), and a keyframe's K/V go to slot `cache_lens[f]`. The caller's lengths make the
+    /// second frame see the first one's slot when the first is a keyframe (`cache_lens[1] =
+    /// cache_lens[0] + 1`). One read of the weights serves both rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_pair(
+        &mut self,
+        dev: &CudaDevice,
+        weights: &CameraHead<Device>,
+        tokens: DevPtr<f32>,
+        token_stride: usize,
+        cache_lens: DevPtr<u32>,
+        keyframes: [bool; 2],
+        pose_enc_out: DevPtr<f32>,
+    ) -> Result<(), CudaError> {
+        cache_lens.check_len(2, "camera head cache lengths")?;
+        let rows = CallRows {
+            append: u32::from(keyframes[0]) | (u32::from(keyframes[1]) << 1),
+            own_lens: true,
+        };
+        self.forward_rows(
+            dev,
+            weights,
+            tokens,
+            token_stride,
+            2,
+            cache_lens,
+            rows,
+            pose_enc_out,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn forward_rows(
+        &mut self,
+        dev: &CudaDevice,
+        weights: &CameraHead<Device>,
+        tokens: DevPtr<f32>,
+        token_stride: usize,
+        frames: usize,
+        cache_len: DevPtr<u32>,
+        rows: CallRows,
+        pose_enc_out: DevPtr<f32>,
+    ) -> Result<(), CudaError> {
         let w = self.width;
         if weights.width != w || weights.trunk.len() != self.layers {
             return Err(invalid(
@@ -394,7 +469,7 @@ impl GpuCameraHead {
         for it in 0..self.iterations {
             self.modulated_input(dev, weights, it, frames)?;
             for (j, block) in weights.trunk.iter().enumerate() {
-                self.block(dev, block, it, j, frames, cache_len, append)?;
+                self.block(dev, block, it, j, frames, cache_len, rows)?;
             }
             self.pose_branch(dev, weights, it, frames, pose_enc_out)?;
         }
@@ -479,7 +554,7 @@ impl GpuCameraHead {
         j: usize,
         frames: usize,
         cache_len: DevPtr<u32>,
-        append: bool,
+        rows: CallRows,
     ) -> Result<(), CudaError> {
         let s = &self.scratch;
         let w = self.width;
@@ -499,7 +574,8 @@ impl GpuCameraHead {
         let a = LinArgs {
             epilogue: EPI_BF16,
             out_bf16: ptr(&s.qkv),
-            append: u32::from(append && plane_len > 0),
+            append: if plane_len > 0 { rows.append } else { 0 },
+            own_lens: u32::from(rows.own_lens),
             cache_k,
             cache_v,
             cache_len: cache_len.addr(),
@@ -511,7 +587,7 @@ impl GpuCameraHead {
         // capacity x W (the kernel drops slots at or past the capacity).
         unsafe { self.linear(dev, a, false)? };
 
-        self.attention(dev, cache_k, cache_v, cache_len, frames)?;
+        self.attention(dev, cache_k, cache_v, cache_len, rows.own_lens, frames)?;
 
         let a = LinArgs {
             x: ptr(&s.attn),
@@ -550,6 +626,7 @@ impl GpuCameraHead {
         cache_k: u64,
         cache_v: u64,
         cache_len: DevPtr<u32>,
+        own_lens: bool,
         frames: usize,
     ) -> Result<(), CudaError> {
         let s = &self.scratch;
@@ -575,6 +652,7 @@ impl GpuCameraHead {
                     Arg::U64(cache_k),
                     Arg::U64(cache_v),
                     Arg::U64(cache_len.addr()),
+                    Arg::U32(u32::from(own_lens)),
                     Arg::U32(self.capacity as u32),
                     Arg::U32(frames as u32),
                     Arg::U32(self.width as u32),

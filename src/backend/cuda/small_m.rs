@@ -78,11 +78,13 @@ pub(crate) struct LinArgs {
     pub(crate) pose_stride: u32,
     pub(crate) capacity: u32,
     pub(crate) width: u32,
+    /// Rows whose K/V go to the cache (qkv append): bit r for row r.
     pub(crate) append: u32,
     pub(crate) first: u32,
     pub(crate) groups: u32,
     pub(crate) group_stride: u32,
-    pub(crate) pad0: u32,
+    /// Row r's cache slot is `cache_len[r]` (a two-frame step), not `*cache_len + r`.
+    pub(crate) own_lens: u32,
     pub(crate) pad1: u32,
 }
 

@@ -212,22 +212,28 @@ impl GpuSession {
         let aggregated = dev.stream.record_event(None)?;
         self.side.stream.wait(&aggregated)?;
         let camera_lens = self.kv.frame_scalars_ptr(FrameScalar::CameraLen)?;
-        // A call's frames attend to each other in the camera head; the two frames of a
-        // two-frame step must not (each sees the cache as it was streamed alone), so they run
-        // as two one-frame calls, each with its own cache length.
-        let calls = if step.pair { 2 } else { 1 };
-        let frames = s / calls;
-        for call in 0..calls {
-            let first = call * frames;
+        if step.pair {
+            // The two frames of a two-frame step in one call, each with its own cache length
+            // (each sees the cache as it was streamed alone, not the other frame).
+            self.camera.forward_pair(
+                &self.side,
+                model.camera_head(),
+                last_tap,
+                sh.tokens * 2 * c,
+                camera_lens.slice(0, 2)?,
+                step.keyframes,
+                b.pose.slice(0, 2 * POSE_ENC_LEN)?,
+            )?;
+        } else {
             self.camera.forward(
                 &self.side,
                 model.camera_head(),
-                last_tap.slice(first * sh.tokens * 2 * c, frames * sh.tokens * 2 * c)?,
+                last_tap,
                 sh.tokens * 2 * c,
-                frames,
-                camera_lens.slice(call, 1)?,
-                step.keyframes[call],
-                b.pose.slice(first * POSE_ENC_LEN, frames * POSE_ENC_LEN)?,
+                s,
+                camera_lens.slice(0, 1)?,
+                step.keyframes[0],
+                b.pose.slice(0, s * POSE_ENC_LEN)?,
             )?;
         }
         let posed = self.side.stream.record_event(None)?;
