@@ -454,8 +454,10 @@ fn small_m_linear_matches_f64() {
 /// The two frames of a two-frame step in one call (`forward_pair`): every kind of pair gives
 /// each frame the pose it gets in a call of its own, on the GPU (one-frame calls of a second
 /// head state) and against the CPU head; a non-keyframe leaves no trace in the cache and a
-/// keyframe's K/V land where a call of its own puts them.
-fn pairs_match_single_calls(cfg: &ModelConfig, label: &str) {
+/// keyframe's K/V land where a call of its own puts them. `gpu_bound`: against one-frame calls
+/// on the GPU (the tiny head runs the same kernels for one row and two, so it is exact; at full
+/// width one row takes the sweep kernels and two the general ones, which round differently).
+fn pairs_match_single_calls(cfg: &ModelConfig, label: &str, gpu_bound: f64) {
     let Some(dev) = device() else { return };
     let width = cfg.head_input_dim();
     let heads = random_camera_head(&dev, cfg, 21);
@@ -564,7 +566,7 @@ fn pairs_match_single_calls(cfg: &ModelConfig, label: &str) {
         "{label}: pairs worst {worst_gpu:.2e} against one-frame calls, {worst_cpu:.2e} against the CPU"
     );
     assert!(
-        worst_gpu < 5e-3,
+        worst_gpu <= gpu_bound,
         "{label}: pairs differ from one-frame calls: {worst_gpu}"
     );
     assert!(
@@ -575,10 +577,11 @@ fn pairs_match_single_calls(cfg: &ModelConfig, label: &str) {
 
 #[test]
 fn pair_calls_match_single_calls_tiny() {
-    pairs_match_single_calls(&ModelConfig::tiny(), "tiny");
+    pairs_match_single_calls(&ModelConfig::tiny(), "tiny", 1e-6);
 }
 
 #[test]
 fn pair_calls_match_single_calls_full_width() {
-    pairs_match_single_calls(&ModelConfig::default(), "full width");
+    // Measured on the H200: 1.5e-3 to 7.6e-3, as the GPU against the CPU (3.0e-3 to 7.6e-3).
+    pairs_match_single_calls(&ModelConfig::default(), "full width", TOLERANCE);
 }
