@@ -541,12 +541,16 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 // NC: consumer warpgroups (2, or 4 with setmaxnreg 32/112: a CTA of 20 warps puts 5 on each SM
 // sub-partition, whose 16K registers allow 96 each at launch, and the consumers can only take
 // what the producer gives back: 128 x 64 = 512 x 16).
+// Views: blockIdx.z = view * heads + head. View v's queries, outputs, partials and tickets
+// follow view 0's (lq rows each), and its page table is view_stride u32 after view 0's (its
+// n_pages, indices and cum alike): the two frames of a two-frame step, each over its own keys,
+// in one launch. One view (grid.z = heads) reads none of it.
 template <int BN, bool REGS, int LAG, bool QKV, u32 NC>
 __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
     u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
     const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2,
-    u32* __restrict__ tickets) {
+    u32* __restrict__ tickets, u32 view_stride) {
     static_assert(NC == 2 || (NC == 4 && REGS), "four consumers need setmaxnreg to fit their tiles");
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = (unsigned char*)(((u64)smem_raw + 1023) & ~(u64)1023);
@@ -560,8 +564,21 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 warp = tid >> 5;
     const u32 role = warp >> 2;  // 0 producer, 1 .. NC consumers
     const u32 split = blockIdx.y;
-    const u32 h = blockIdx.z;
+    const u32 view = blockIdx.z / heads;
+    const u32 h = blockIdx.z - view * heads;
     const u32 q0 = blockIdx.x * (NC * WS_WG_ROWS);
+    if (view > 0) {
+        const u64 rows = (u64)view * lq;
+        const u64 planes = rows * (n_splits > 0 ? n_splits : 1);
+        q += rows * (QKV ? 3 * heads : heads) * HEAD_DIM;
+        out += rows * heads * HEAD_DIM;
+        if (part_o) part_o += planes * heads * HEAD_DIM;
+        if (part_lse) part_lse += planes * heads;
+        if (tickets) tickets += (u64)view * gridDim.x * heads * (NC * 4);
+        indices += (u64)view * view_stride;
+        cum += (u64)view * view_stride;
+        n_pages_ptr += (u64)view * view_stride;
+    }
 
     // This split's key tiles (the contract: tiles of this kernel's BLOCK_N, split evenly).
     const u32 n_pages = __ldg(n_pages_ptr);
@@ -611,9 +628,9 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
         const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
         const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2,   \
-        u32* __restrict__ tickets) {                                                              \
+        u32* __restrict__ tickets, u32 view_stride) {                                             \
         ws_body<BN, REGS, LAG, QKV, NC>(q, out, part_o, part_lse, pool, page_size, indices, cum,  \
-            n_pages_ptr, lq, heads, n_splits, scale_log2, tickets);                               \
+            n_pages_ptr, lq, heads, n_splits, scale_log2, tickets, view_stride);                  \
     }
 
 // 128-key tiles (six stages), 2-tile copy lag: frame-local attention's default.

@@ -523,3 +523,120 @@ fn frame_attention_from_qkv_equals_the_split_path() {
         assert!(err <= TOLERANCE, "frame {f}: relative error {err}");
     }
 }
+
+/// Two sets of queries in one launch, each over its own page table (the two frames of a
+/// two-frame step: `DeviceKvCache::upload_pair`, `paged_attention_views_raw`): every
+/// warp-specialised kernel, one key split and several (the second view's partials and merge
+/// tickets follow the first's), each view against the f64 reference over its own keys only.
+/// Launches repeat on one workspace, so a ticket left behind by either view would show.
+#[test]
+fn two_key_views_in_one_launch_each_see_their_own_keys() {
+    use streamrecon::backend::cuda::arena::DevPtr;
+    use streamrecon::backend::cuda::attention::{
+        KeyViews, RawWorkspace, paged_attention_views_raw,
+    };
+    use streamrecon::kvcache::{PairPlan, StepKind, StepPlan};
+    let Some(dev) = device() else { return };
+    let (heads, lq, page_size) = (16usize, 300usize, 256usize);
+    // View 1 sees one page more than view 0 (the first frame's), less one (an eviction), and a
+    // longer last page (the special tokens the first frame added).
+    let views: [Vec<(u32, u32)>; 2] = [
+        vec![(0, 256), (2, 256), (4, 256), (5, 40)],
+        vec![(2, 256), (4, 256), (6, 256), (5, 46)],
+    ];
+    let geometry = KvGeometry {
+        layers: 1,
+        heads,
+        head_dim: D,
+        page_size,
+        max_pages: 8,
+    };
+    let mut cache = DeviceKvCache::new(&dev, geometry, 4).unwrap();
+    let plan_of = |pages: &[(u32, u32)]| PagePlan {
+        page_size: page_size as u32,
+        indices: pages.iter().map(|p| p.0).collect(),
+        indptr: vec![0, pages.len() as u32],
+        last_page_len: pages.last().map_or(0, |p| p.1),
+        page_lens: pages.iter().map(|p| p.1).collect(),
+    };
+    let pair = PairPlan {
+        frames: [0, 1],
+        kinds: [StepKind::Keyframe; 2],
+        steps: [StepPlan::default(), StepPlan::default()],
+        views: [plan_of(&views[0]), plan_of(&views[1])],
+        writes: Vec::new(),
+        committed_before: [0, 1],
+        events: Vec::new(),
+    };
+    cache.upload_pair(&dev, &pair).unwrap();
+    let mut rng = StdRng::seed_from_u64(41);
+    let pool = random_bf16(&mut rng, geometry.layer_elems(), 2.0);
+    dev.stream
+        .memcpy_htod(&pool, cache.pool_mut(0).unwrap())
+        .unwrap();
+    let n = 2 * lq * heads * D;
+    let (o, l, t) = RawWorkspace::elems(2 * lq, heads, 4);
+    let part_o = dev.stream.alloc_zeros::<f32>(o).unwrap();
+    let part_lse = dev.stream.alloc_zeros::<f32>(l).unwrap();
+    let tickets = dev.stream.alloc_zeros::<u32>(t).unwrap();
+    let ws = RawWorkspace {
+        part_o: DevPtr::of(&part_o),
+        part_lse: DevPtr::of(&part_lse),
+        tickets: DevPtr::of(&tickets),
+    };
+    let out = dev.stream.clone_htod(&vec![bf16::NAN; n]).unwrap();
+    let kernels: Vec<AttentionKernel> = AttentionKernel::available(&dev)
+        .into_iter()
+        .filter(|k| k.warp_specialised())
+        .collect();
+    if kernels.is_empty() {
+        eprintln!("skipping: the warp-specialised kernels are built for Hopper (sm_90a) alone");
+        return;
+    }
+    for kernel in kernels {
+        for splits in [1usize, 2, 3, 1] {
+            let q_host = random_bf16(&mut rng, n, 2.0);
+            let q = dev.stream.clone_htod(&q_host).unwrap();
+            paged_attention_views_raw(
+                &dev,
+                kernel,
+                DevPtr::of(&q),
+                DevPtr::of(&out),
+                &cache.raw_keys(0).unwrap(),
+                KeyViews {
+                    count: 2,
+                    stride: cache.view_stride(),
+                },
+                lq,
+                heads,
+                splits,
+                ws,
+            )
+            .unwrap();
+            let got = common::bf16_to_host_f32(&dev, &out);
+            for (v, pages) in views.iter().enumerate() {
+                let indices: Vec<u32> = pages.iter().map(|p| p.0).collect();
+                let page_lens: Vec<u32> = pages.iter().map(|p| p.1).collect();
+                let rows = lq * heads * D;
+                let reference = paged_attention_rows(
+                    &q_host[v * rows..(v + 1) * rows],
+                    &HostPagedKv {
+                        pool: &pool,
+                        page_size,
+                        heads,
+                        head_dim: D,
+                        indices: &indices,
+                        page_lens: &page_lens,
+                    },
+                    &(0..lq).collect::<Vec<_>>(),
+                );
+                let err = relative_error(&got[v * rows..(v + 1) * rows], &reference);
+                eprintln!("{kernel:?}, {splits} split(s), view {v}: rel err {err:.2e}");
+                assert!(
+                    err <= TOLERANCE,
+                    "{kernel:?}, {splits} split(s), view {v}: relative error {err}"
+                );
+            }
+        }
+    }
+}

@@ -7,8 +7,9 @@ use half::bf16;
 
 use crate::backend::cuda::arena::{ArenaPlan, DevPtr};
 use crate::backend::cuda::attention::{
-    AttentionKernel, RawPagedKv, RawWorkspace, choose_splits, frame_attention_from_qkv,
-    has_frame_attention_from_qkv, paged_attention_raw,
+    AttentionKernel, FrameTables, KeyViews, RawPagedKv, RawWorkspace, choose_splits,
+    frames_attention_from_qkv, has_frame_attention_from_qkv, paged_attention_raw,
+    paged_attention_views_raw,
 };
 use crate::backend::cuda::gemm::{Epilogue, Gemm};
 use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope, RowCopy};
@@ -143,7 +144,11 @@ impl AttentionSetup {
     /// key count is not known when a graph is captured (it lives on the device), so it does not
     /// bound the choice; `MAX_SPLITS` does (the workspace's size).
     fn splits(&self, lq: usize, heads: usize) -> usize {
-        let q_tiles = lq.div_ceil(self.kernel.block_m());
+        self.splits_for_tiles(lq.div_ceil(self.kernel.block_m()), heads)
+    }
+
+    /// As [`Self::splits`] for `q_tiles` query tiles (of all views of a launch).
+    fn splits_for_tiles(&self, q_tiles: usize, heads: usize) -> usize {
         choose_splits(
             q_tiles,
             heads,
@@ -263,21 +268,24 @@ pub fn block_forward(
                 && matches!(rope, Rope::None)
                 && setup.kernel == AttentionKernel::WgmmaWs
                 && has_frame_attention_from_qkv(dev);
+            // Frame f's one-page table is LOCAL_TABLE_WORDS after frame f - 1's: all frames'
+            // attention goes in one launch, a key view a frame.
+            let frame_tables = FrameTables {
+                indices: tables.slice(2, 1)?,
+                cum: tables.slice(3, 2)?,
+                n_pages: tables.slice(0, 1)?,
+                stride: LOCAL_TABLE_WORDS as u32,
+            };
             if from_qkv {
-                for f in 0..frames {
-                    let table = tables.slice(LOCAL_TABLE_WORDS * f, LOCAL_TABLE_WORDS)?;
-                    frame_attention_from_qkv(
-                        dev,
-                        s.qkv,
-                        f,
-                        s.attn.slice(f * tokens * row, tokens * row)?,
-                        table.slice(2, 1)?,
-                        table.slice(3, 2)?,
-                        table.slice(0, 1)?,
-                        tokens,
-                        heads,
-                    )?;
-                }
+                frames_attention_from_qkv(
+                    dev,
+                    s.qkv,
+                    0..frames,
+                    s.attn.slice(0, frames * tokens * row)?,
+                    frame_tables,
+                    tokens,
+                    heads,
+                )?;
             } else {
                 s.kv.check_len(2 * frames * tokens * row, "frame-local K/V scratch")?;
                 for f in 0..frames {
@@ -298,22 +306,51 @@ pub fn block_forward(
                         norm,
                         rope,
                     )?;
+                    if !setup.kernel.warp_specialised() {
+                        let kv = RawPagedKv {
+                            pool: s.kv,
+                            page_size: tokens as u32,
+                            indices: table.slice(2, 1)?,
+                            cum: table.slice(3, 2)?,
+                            n_pages: table.slice(0, 1)?,
+                        };
+                        paged_attention_raw(
+                            dev,
+                            setup.kernel,
+                            s.q.slice(rows, tokens * row)?,
+                            s.attn.slice(rows, tokens * row)?,
+                            &kv,
+                            tokens,
+                            heads,
+                            setup.splits(tokens, heads),
+                            s.ws,
+                        )?;
+                    }
+                }
+                if setup.kernel.warp_specialised() {
+                    // Every frame's keys are written: all frames attend in one launch.
                     let kv = RawPagedKv {
                         pool: s.kv,
                         page_size: tokens as u32,
-                        indices: table.slice(2, 1)?,
-                        cum: table.slice(3, 2)?,
-                        n_pages: table.slice(0, 1)?,
+                        indices: frame_tables.indices,
+                        cum: frame_tables.cum,
+                        n_pages: frame_tables.n_pages,
                     };
-                    paged_attention_raw(
+                    let key_views = KeyViews {
+                        count: frames,
+                        stride: frame_tables.stride,
+                    };
+                    let q_tiles = frames * tokens.div_ceil(setup.kernel.block_m());
+                    paged_attention_views_raw(
                         dev,
                         setup.kernel,
-                        s.q.slice(rows, tokens * row)?,
-                        s.attn.slice(rows, tokens * row)?,
+                        s.q.slice(0, frames * tokens * row)?,
+                        s.attn.slice(0, frames * tokens * row)?,
                         &kv,
+                        key_views,
                         tokens,
                         heads,
-                        setup.splits(tokens, heads),
+                        setup.splits_for_tiles(q_tiles, heads),
                         s.ws,
                     )?;
                 }
@@ -333,26 +370,49 @@ pub fn block_forward(
                     "{n} queries in {views} attention views (the dense baseline takes one)"
                 )));
             }
-            // Each view's queries are a whole frame's rows; the views run one after the other
-            // on the same split workspace (a launch leaves its merge tickets at zero).
+            // Each view's queries are a whole frame's rows. The warp-specialised kernels take
+            // the views in one launch (2 x 4 query tiles of 256 rows fill the GPU without key
+            // splits, so nothing is merged); the portable one runs them one after the other on
+            // the same split workspace (a launch leaves its merge tickets at zero).
             let rows = n / views;
             let row = heads * HEAD_DIM;
-            for view in 0..views {
-                let kv = match dense {
-                    Some(d) => cache.gather_dense_raw(dev, layer, d.kv, d.capacity, d.table)?,
-                    None => cache.raw_keys_view(layer, view)?,
+            if views > 1 && dense.is_none() && setup.kernel.warp_specialised() {
+                let kv = cache.raw_keys_view(layer, 0)?;
+                let key_views = KeyViews {
+                    count: views,
+                    stride: cache.view_stride(),
                 };
-                paged_attention_raw(
+                let q_tiles = views * rows.div_ceil(setup.kernel.block_m());
+                paged_attention_views_raw(
                     dev,
                     setup.kernel,
-                    s.q.slice(view * rows * row, rows * row)?,
-                    s.attn.slice(view * rows * row, rows * row)?,
+                    s.q,
+                    s.attn,
                     &kv,
+                    key_views,
                     rows,
                     heads,
-                    setup.splits(rows, heads),
+                    setup.splits_for_tiles(q_tiles, heads),
                     s.ws,
                 )?;
+            } else {
+                for view in 0..views {
+                    let kv = match dense {
+                        Some(d) => cache.gather_dense_raw(dev, layer, d.kv, d.capacity, d.table)?,
+                        None => cache.raw_keys_view(layer, view)?,
+                    };
+                    paged_attention_raw(
+                        dev,
+                        setup.kernel,
+                        s.q.slice(view * rows * row, rows * row)?,
+                        s.attn.slice(view * rows * row, rows * row)?,
+                        &kv,
+                        rows,
+                        heads,
+                        setup.splits(rows, heads),
+                        s.ws,
+                    )?;
+                }
             }
         }
     }

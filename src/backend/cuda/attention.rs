@@ -25,7 +25,9 @@ const WS_RING_BYTES: usize = 6 * 2 * 2 * KV_TILE_BYTES;
 
 /// How each kernel is launched (its name, entry point and source come from `table`).
 impl AttentionKernel {
-    fn warp_specialised(self) -> bool {
+    /// The warp-specialised wgmma kernels: they merge their key splits themselves and take
+    /// several key views in one launch.
+    pub fn warp_specialised(self) -> bool {
         !matches!(self, Self::MmaSync)
     }
 
@@ -308,7 +310,10 @@ impl RawWorkspace {
     /// `splits` key splits, whatever the kernel.
     pub fn elems(lq: usize, heads: usize, splits: usize) -> (usize, usize, usize) {
         let rows = (lq * heads * splits).max(1);
-        let tickets = (heads * lq.div_ceil(MAX_BLOCK_M) * (MAX_BLOCK_M / TICKET_ROWS)).max(1);
+        // One query tile more than `lq` rows take: the same rows in two views (two frames of a
+        // launch, each its own tiles) may start one more tile.
+        let tiles = lq.div_ceil(MAX_BLOCK_M) + 1;
+        let tickets = (heads * tiles * (MAX_BLOCK_M / TICKET_ROWS)).max(1);
         (rows * HEAD_DIM, rows, tickets)
     }
 
@@ -332,7 +337,46 @@ pub fn paged_attention_raw(
     n_splits: usize,
     ws: RawWorkspace,
 ) -> Result<(), CudaError> {
-    let elems = lq * heads * HEAD_DIM;
+    let one = KeyViews {
+        count: 1,
+        stride: 0,
+    };
+    paged_attention_views_raw(dev, kernel, q, out, kv, one, lq, heads, n_splits, ws)
+}
+
+/// Several sets of queries in one launch, each over its own page table (the two frames of a
+/// two-frame step): set v is rows `v * lq ..` of `q` and `out`, and its table lies `stride` u32
+/// after `kv`'s (its page count, page ids and prefix sums alike).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyViews {
+    pub count: usize,
+    pub stride: u32,
+}
+
+/// [`paged_attention_raw`] over `views.count` sets of `lq` queries, each with its own keys, in
+/// one launch of a warp-specialised kernel (the portable one takes one view).
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_views_raw(
+    dev: &CudaDevice,
+    kernel: AttentionKernel,
+    q: DevPtr<bf16>,
+    out: DevPtr<bf16>,
+    kv: &RawPagedKv,
+    views: KeyViews,
+    lq: usize,
+    heads: usize,
+    n_splits: usize,
+    ws: RawWorkspace,
+) -> Result<(), CudaError> {
+    if views.count == 0 || (views.count > 1 && !kernel.warp_specialised()) {
+        return Err(CudaError::Invalid(format!(
+            "{} key views in one launch of {}",
+            views.count,
+            kernel.name()
+        )));
+    }
+    let all_rows = views.count * lq;
+    let elems = all_rows * heads * HEAD_DIM;
     q.check_len(elems, "attention q")?;
     out.check_len(elems, "attention out")?;
     // The wgmma kernel indexes within a page (K and V) with 32-bit offsets.
@@ -347,13 +391,13 @@ pub fn paged_attention_raw(
     // partials to attention_combine.
     let merge_in_kernel = n_splits > 1 && kernel.warp_specialised();
     if n_splits > 1 {
-        let (o, l, _) = RawWorkspace::elems(lq, heads, n_splits);
+        let (o, l, _) = RawWorkspace::elems(all_rows, heads, n_splits);
         ws.part_o.check_len(o, "attention split partials")?;
         ws.part_lse.check_len(l, "attention split LSE")?;
     }
     if merge_in_kernel {
         ws.tickets.check_len(
-            RawWorkspace::tickets_used(kernel, lq, heads),
+            views.count * RawWorkspace::tickets_used(kernel, lq, heads),
             "attention merge tickets",
         )?;
     }
@@ -367,6 +411,7 @@ pub fn paged_attention_raw(
         q,
         out,
         kv,
+        views,
         lq,
         heads,
         n_splits,
@@ -421,31 +466,72 @@ pub fn frame_attention_from_qkv(
     tokens: usize,
     heads: usize,
 ) -> Result<(), CudaError> {
+    let table = FrameTables {
+        indices,
+        cum,
+        n_pages,
+        stride: 0,
+    };
+    frames_attention_from_qkv(dev, qkv, frame..frame + 1, out, table, tokens, heads)
+}
+
+/// The one-page tables of consecutive frames for [`frames_attention_from_qkv`]: the first
+/// frame's page id, prefix sums and page count, and the u32 distance to the next frame's.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameTables {
+    pub indices: DevPtr<u32>,
+    pub cum: DevPtr<u32>,
+    pub n_pages: DevPtr<u32>,
+    pub stride: u32,
+}
+
+/// [`frame_attention_from_qkv`] for frames `frames` in one launch (each frame's queries over
+/// its own keys, a key view each); `tables` are the first frame's, `out` holds the frames'
+/// rows from the first one's.
+pub fn frames_attention_from_qkv(
+    dev: &CudaDevice,
+    qkv: DevPtr<bf16>,
+    frames: std::ops::Range<usize>,
+    out: DevPtr<bf16>,
+    tables: FrameTables,
+    tokens: usize,
+    heads: usize,
+) -> Result<(), CudaError> {
     let width = heads * HEAD_DIM;
     let frame_elems = tokens * 3 * width;
-    qkv.check_len((frame + 1) * frame_elems, "frame attention q/k/v")?;
-    out.check_len(tokens * width, "frame attention out")?;
+    let count = frames.len();
+    qkv.check_len(frames.end * frame_elems, "frame attention q/k/v")?;
+    out.check_len(count * tokens * width, "frame attention out")?;
     if frame_elems as u64 >= 1 << 32 {
         return Err(CudaError::Invalid(format!(
             "a frame of {tokens} tokens x {heads} heads of q/k/v exceeds 2^32 elements"
         )));
     }
-    if tokens == 0 {
+    if tokens == 0 || count == 0 {
         return Ok(());
+    }
+    if count > 1 && tables.stride == 0 {
+        return Err(CudaError::Invalid(
+            "several frames' attention needs the stride between their tables".into(),
+        ));
     }
     // K of token 0 of frame 0 (the kernel adds the frame's page and V's offset itself).
     let kv = RawPagedKv {
         pool: qkv.slice(width, qkv.len() - width)?,
         page_size: tokens as u32,
-        indices,
-        cum,
-        n_pages,
+        indices: tables.indices,
+        cum: tables.cum,
+        n_pages: tables.n_pages,
     };
-    let q = qkv.slice(frame * frame_elems, frame_elems)?;
+    let q = qkv.slice(frames.start * frame_elems, count * frame_elems)?;
     let unused = RawWorkspace {
         part_o: DevPtr::null(),
         part_lse: DevPtr::null(),
         tickets: DevPtr::null(),
+    };
+    let views = KeyViews {
+        count,
+        stride: tables.stride,
     };
     launch_fwd(
         dev,
@@ -454,6 +540,7 @@ pub fn frame_attention_from_qkv(
         q,
         out,
         &kv,
+        views,
         tokens,
         heads,
         1,
@@ -471,6 +558,7 @@ fn launch_fwd(
     q: DevPtr<bf16>,
     out: DevPtr<bf16>,
     kv: &RawPagedKv,
+    views: KeyViews,
     lq: usize,
     heads: usize,
     n_splits: usize,
@@ -491,7 +579,11 @@ fn launch_fwd(
         kv.n_pages.addr(),
     );
     let cfg = LaunchConfig {
-        grid_dim: (lq.div_ceil(kernel.block_m()) as u32, ns32, heads32),
+        grid_dim: (
+            lq.div_ceil(kernel.block_m()) as u32,
+            ns32,
+            heads32 * views.count as u32,
+        ),
         block_dim: (kernel.threads(), 1, 1),
         shared_mem_bytes: kernel.smem_bytes(),
     };
@@ -509,11 +601,11 @@ fn launch_fwd(
         .arg(&heads32)
         .arg(&ns32)
         .arg(&scale_log2);
-    // The warp-specialised kernels take the merge tickets last (unread with one split; null
-    // where the caller has no workspace).
+    // The warp-specialised kernels take the merge tickets (unread with one split; null where
+    // the caller has no workspace) and the stride between the key views' tables last.
     let tk = ws.tickets.addr();
     if kernel.warp_specialised() {
-        b.arg(&tk);
+        b.arg(&tk).arg(&views.stride);
     }
     // SAFETY: arguments match the attention kernels' contract; the callers checked the buffer
     // sizes; the table was validated when uploaded.

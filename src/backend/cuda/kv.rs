@@ -6,10 +6,12 @@
 //! of u32, shared by all layers and refreshed by exactly one host-to-device copy per step:
 //!
 //! ```text
-//! [ header ][ indices: max_pages ][ cum: max_pages + 1 ]      view 0
-//!           [ indices: max_pages ][ cum: max_pages + 1 ]      view 1 (two-frame steps)
+//! [ header ][ n_pages ][ indices: max_pages ][ cum: max_pages + 1 ]      view 0
+//!           [ n_pages ][ indices: max_pages ][ cum: max_pages + 1 ]      view 1 (two-frame steps)
 //!           [ runs: 4 * run_capacity ]
 //! ```
+//! The views are the same size, so one stride ([`DeviceKvCache::view_stride`]) leads from each
+//! of view 0's three parts to view 1's: the attention kernels take both views in one launch.
 //! `indices` are the visible pages in attention order, `cum` the prefix sums of their valid
 //! lengths (so padded slots are never attended), `runs` the step's writes
 //! `{src_token, page, slot, len}`. A one-frame (or scale) step has one view; a two-frame step
@@ -119,9 +121,10 @@ pub struct DeviceKvCache {
 /// Attention views a step can have: one per frame of a two-frame step.
 pub const VIEWS: usize = 2;
 
-/// u32 slots of the header before the per-frame scalars: `[n_pages of view 0, n_runs, n_pages of
-/// view 1, unused]`. Kernels read the sizes from here, and the model its per-frame scalars, so
-/// one small copy per step carries everything that changes and a captured graph stays valid.
+/// u32 slots of the header before the per-frame scalars: `[unused, n_runs, unused, unused]`.
+/// Kernels read the run count from here (and each view's page count from the view), and the
+/// model its per-frame scalars, so one small copy per step carries everything that changes and
+/// a captured graph stays valid.
 const HEADER_SIZES: usize = 4;
 
 /// The per-frame scalars of the header, each `call_frames` u32 (one per frame of the call).
@@ -181,9 +184,14 @@ impl DeviceKvCache {
         HEADER_SIZES + FRAME_SCALAR_KINDS * call_frames
     }
 
-    /// u32 slots of one view (indices and cum).
+    /// u32 slots of one view (n_pages, indices and cum).
     fn view_len(max_pages: usize) -> usize {
-        2 * max_pages + 1
+        2 * max_pages + 2
+    }
+
+    /// u32 slots from one view's table to the next (each of its parts).
+    pub fn view_stride(&self) -> u32 {
+        Self::view_len(self.geometry.max_pages) as u32
     }
 
     /// Where view `v` starts.
@@ -200,14 +208,15 @@ impl DeviceKvCache {
         Self::header_len(call_frames) + VIEWS * Self::view_len(max_pages) + 4 * run_capacity
     }
 
-    /// Header slot of view `v`'s page count.
-    fn n_pages_slot(v: usize) -> usize {
-        if v == 0 { 0 } else { 2 }
+    /// Slot of view `v`'s page count.
+    fn n_pages_slot(&self, v: usize) -> usize {
+        self.view_start(v)
     }
 
     /// The device u32 holding the number of visible pages (view 0).
     pub fn n_pages_on_device(&self) -> CudaView<'_, u32> {
-        self.table.slice(0..1)
+        let slot = self.n_pages_slot(0);
+        self.table.slice(slot..slot + 1)
     }
 
     /// Scalar `kind` of every frame of a call on the device (`call_frames` u32), as a raw
@@ -283,13 +292,13 @@ impl DeviceKvCache {
 
     /// Device view of the visible page ids (view 0).
     pub fn indices(&self) -> CudaView<'_, u32> {
-        let start = self.view_start(0);
+        let start = self.view_start(0) + 1;
         self.table.slice(start..start + self.geometry.max_pages)
     }
 
     /// Device view of the prefix sums of the visible pages' lengths (`n_pages + 1` used; view 0).
     pub fn cum(&self) -> CudaView<'_, u32> {
-        let start = self.view_start(0) + self.geometry.max_pages;
+        let start = self.view_start(0) + 1 + self.geometry.max_pages;
         self.table.slice(start..start + self.geometry.max_pages + 1)
     }
 
@@ -372,8 +381,9 @@ impl DeviceKvCache {
         let mut n_pages = [0; VIEWS];
         let mut kv_len = [0; VIEWS];
         for (v, (indices, page_lens)) in views.iter().enumerate() {
-            let start = self.view_start(v);
-            let t = &mut self.host_table[start..start + Self::view_len(m)];
+            // Past the view's page count.
+            let start = self.view_start(v) + 1;
+            let t = &mut self.host_table[start..start + Self::view_len(m) - 1];
             t[..indices.len()].copy_from_slice(indices);
             let mut total: u64 = 0;
             t[m] = 0;
@@ -390,7 +400,8 @@ impl DeviceKvCache {
             kv_len[v] = total as u32;
         }
         for (v, &n) in n_pages.iter().enumerate() {
-            self.host_table[Self::n_pages_slot(v)] = n as u32;
+            let slot = self.n_pages_slot(v);
+            self.host_table[slot] = n as u32;
         }
         self.host_table[1] = runs.len() as u32;
         let scalars = HEADER_SIZES..Self::header_len(self.call_frames);
@@ -475,9 +486,9 @@ impl DeviceKvCache {
         Ok(RawPagedKv {
             pool: DevPtr::of(self.pool(layer)?),
             page_size: g.page_size as u32,
-            indices: table.slice(start, g.max_pages)?,
-            cum: table.slice(start + g.max_pages, g.max_pages + 1)?,
-            n_pages: table.slice(Self::n_pages_slot(view), 1)?,
+            indices: table.slice(start + 1, g.max_pages)?,
+            cum: table.slice(start + 1 + g.max_pages, g.max_pages + 1)?,
+            n_pages: table.slice(start, 1)?,
         })
     }
 
