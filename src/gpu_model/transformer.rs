@@ -7,9 +7,8 @@ use half::bf16;
 
 use crate::backend::cuda::arena::{ArenaPlan, DevPtr};
 use crate::backend::cuda::attention::{
-    AttentionKernel, FrameTables, KeyViews, RawPagedKv, RawWorkspace, choose_splits,
-    frames_attention_from_qkv, has_frame_attention_from_qkv, paged_attention_raw,
-    paged_attention_views_raw,
+    AttentionKernel, KeyViews, RawPagedKv, RawWorkspace, choose_splits, frame_attention_from_qkv,
+    has_frame_attention_from_qkv, paged_attention_raw, paged_attention_views_raw,
 };
 use crate::backend::cuda::gemm::{Epilogue, Gemm};
 use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope, RowCopy};
@@ -268,24 +267,21 @@ pub fn block_forward(
                 && matches!(rope, Rope::None)
                 && setup.kernel == AttentionKernel::WgmmaWs
                 && has_frame_attention_from_qkv(dev);
-            // Frame f's one-page table is LOCAL_TABLE_WORDS after frame f - 1's: all frames'
-            // attention goes in one launch, a key view a frame.
-            let frame_tables = FrameTables {
-                indices: tables.slice(2, 1)?,
-                cum: tables.slice(3, 2)?,
-                n_pages: tables.slice(0, 1)?,
-                stride: LOCAL_TABLE_WORDS as u32,
-            };
             if from_qkv {
-                frames_attention_from_qkv(
-                    dev,
-                    s.qkv,
-                    0..frames,
-                    s.attn.slice(0, frames * tokens * row)?,
-                    frame_tables,
-                    tokens,
-                    heads,
-                )?;
+                for f in 0..frames {
+                    let table = tables.slice(LOCAL_TABLE_WORDS * f, LOCAL_TABLE_WORDS)?;
+                    frame_attention_from_qkv(
+                        dev,
+                        s.qkv,
+                        f,
+                        s.attn.slice(f * tokens * row, tokens * row)?,
+                        table.slice(2, 1)?,
+                        table.slice(3, 2)?,
+                        table.slice(0, 1)?,
+                        tokens,
+                        heads,
+                    )?;
+                }
             } else {
                 s.kv.check_len(2 * frames * tokens * row, "frame-local K/V scratch")?;
                 for f in 0..frames {
@@ -306,51 +302,22 @@ pub fn block_forward(
                         norm,
                         rope,
                     )?;
-                    if !setup.kernel.warp_specialised() {
-                        let kv = RawPagedKv {
-                            pool: s.kv,
-                            page_size: tokens as u32,
-                            indices: table.slice(2, 1)?,
-                            cum: table.slice(3, 2)?,
-                            n_pages: table.slice(0, 1)?,
-                        };
-                        paged_attention_raw(
-                            dev,
-                            setup.kernel,
-                            s.q.slice(rows, tokens * row)?,
-                            s.attn.slice(rows, tokens * row)?,
-                            &kv,
-                            tokens,
-                            heads,
-                            setup.splits(tokens, heads),
-                            s.ws,
-                        )?;
-                    }
-                }
-                if setup.kernel.warp_specialised() {
-                    // Every frame's keys are written: all frames attend in one launch.
                     let kv = RawPagedKv {
                         pool: s.kv,
                         page_size: tokens as u32,
-                        indices: frame_tables.indices,
-                        cum: frame_tables.cum,
-                        n_pages: frame_tables.n_pages,
+                        indices: table.slice(2, 1)?,
+                        cum: table.slice(3, 2)?,
+                        n_pages: table.slice(0, 1)?,
                     };
-                    let key_views = KeyViews {
-                        count: frames,
-                        stride: frame_tables.stride,
-                    };
-                    let q_tiles = frames * tokens.div_ceil(setup.kernel.block_m());
-                    paged_attention_views_raw(
+                    paged_attention_raw(
                         dev,
                         setup.kernel,
-                        s.q.slice(0, frames * tokens * row)?,
-                        s.attn.slice(0, frames * tokens * row)?,
+                        s.q.slice(rows, tokens * row)?,
+                        s.attn.slice(rows, tokens * row)?,
                         &kv,
-                        key_views,
                         tokens,
                         heads,
-                        setup.splits_for_tiles(q_tiles, heads),
+                        setup.splits(tokens, heads),
                         s.ws,
                     )?;
                 }

@@ -466,72 +466,35 @@ pub fn frame_attention_from_qkv(
     tokens: usize,
     heads: usize,
 ) -> Result<(), CudaError> {
-    let table = FrameTables {
-        indices,
-        cum,
-        n_pages,
-        stride: 0,
-    };
-    frames_attention_from_qkv(dev, qkv, frame..frame + 1, out, table, tokens, heads)
-}
-
-/// The one-page tables of consecutive frames for [`frames_attention_from_qkv`]: the first
-/// frame's page id, prefix sums and page count, and the u32 distance to the next frame's.
-#[derive(Debug, Clone, Copy)]
-pub struct FrameTables {
-    pub indices: DevPtr<u32>,
-    pub cum: DevPtr<u32>,
-    pub n_pages: DevPtr<u32>,
-    pub stride: u32,
-}
-
-/// [`frame_attention_from_qkv`] for frames `frames` in one launch (each frame's queries over
-/// its own keys, a key view each); `tables` are the first frame's, `out` holds the frames'
-/// rows from the first one's.
-pub fn frames_attention_from_qkv(
-    dev: &CudaDevice,
-    qkv: DevPtr<bf16>,
-    frames: std::ops::Range<usize>,
-    out: DevPtr<bf16>,
-    tables: FrameTables,
-    tokens: usize,
-    heads: usize,
-) -> Result<(), CudaError> {
     let width = heads * HEAD_DIM;
     let frame_elems = tokens * 3 * width;
-    let count = frames.len();
-    qkv.check_len(frames.end * frame_elems, "frame attention q/k/v")?;
-    out.check_len(count * tokens * width, "frame attention out")?;
+    qkv.check_len((frame + 1) * frame_elems, "frame attention q/k/v")?;
+    out.check_len(tokens * width, "frame attention out")?;
     if frame_elems as u64 >= 1 << 32 {
         return Err(CudaError::Invalid(format!(
             "a frame of {tokens} tokens x {heads} heads of q/k/v exceeds 2^32 elements"
         )));
     }
-    if tokens == 0 || count == 0 {
+    if tokens == 0 {
         return Ok(());
-    }
-    if count > 1 && tables.stride == 0 {
-        return Err(CudaError::Invalid(
-            "several frames' attention needs the stride between their tables".into(),
-        ));
     }
     // K of token 0 of frame 0 (the kernel adds the frame's page and V's offset itself).
     let kv = RawPagedKv {
         pool: qkv.slice(width, qkv.len() - width)?,
         page_size: tokens as u32,
-        indices: tables.indices,
-        cum: tables.cum,
-        n_pages: tables.n_pages,
+        indices,
+        cum,
+        n_pages,
     };
-    let q = qkv.slice(frames.start * frame_elems, count * frame_elems)?;
+    let q = qkv.slice(frame * frame_elems, frame_elems)?;
     let unused = RawWorkspace {
         part_o: DevPtr::null(),
         part_lse: DevPtr::null(),
         tickets: DevPtr::null(),
     };
-    let views = KeyViews {
-        count,
-        stride: tables.stride,
+    let one = KeyViews {
+        count: 1,
+        stride: 0,
     };
     launch_fwd(
         dev,
@@ -540,7 +503,7 @@ pub fn frames_attention_from_qkv(
         q,
         out,
         &kv,
-        views,
+        one,
         tokens,
         heads,
         1,
