@@ -119,6 +119,31 @@ fn session_config(h: usize, w: usize, cfg: &ModelConfig, graphs: bool) -> Sessio
     sc
 }
 
+/// The gct-tiny kf2 scenario: its config, its images (`shape` `[1][frames][3][H][W]`) and its
+/// weights on the GPU.
+struct Kf2 {
+    cfg: ModelConfig,
+    shape: Vec<usize>,
+    images: Vec<f32>,
+    gpu: GpuModel,
+}
+
+/// The kf2 scenario on the GPU; None (with the reason printed) without fixtures or a GPU.
+fn kf2_on_gpu() -> Option<Kf2> {
+    let dir = fixture_dir()?;
+    let sdir = dir.join("kf2");
+    let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
+    let (shape, images) = read_images(&sdir.join("inputs.safetensors"));
+    let store = WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
+    let gpu = gpu_model(&cfg, store)?;
+    Some(Kf2 {
+        cfg,
+        shape,
+        images,
+        gpu,
+    })
+}
+
 fn read_images(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
     let bytes = std::fs::read(path).expect("inputs.safetensors");
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("valid safetensors");
@@ -357,15 +382,16 @@ fn dense_baseline_matches_paged() {
     if !gpu_present() {
         return;
     }
-    let Some(dir) = fixture_dir() else { return };
-    let sdir = dir.join("kf2");
-    let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
-    let (shape, images) = read_images(&sdir.join("inputs.safetensors"));
-    let (h, w) = (shape[3], shape[4]);
-    let open = || WeightStore::load(&dir.join("weights.safetensors")).expect("weights");
-    let Some(gpu) = gpu_model(&cfg, open()) else {
+    let Some(Kf2 {
+        cfg,
+        shape,
+        images,
+        gpu,
+    }) = kf2_on_gpu()
+    else {
         return;
     };
+    let (h, w) = (shape[3], shape[4]);
     let mut paged = gpu
         .start(session_config(h, w, &cfg, true))
         .expect("session");
@@ -573,17 +599,16 @@ fn two_frame_steps_match_one_frame_steps() {
     if !gpu_present() {
         return;
     }
-    let Some(dir) = fixture_dir() else { return };
-    let sdir = dir.join("kf2");
-    let cfg = ModelConfig::from_json_file(&sdir.join("config.json")).expect("config");
-    let (shape, images) = read_images(&sdir.join("inputs.safetensors"));
-    let (h, w) = (shape[3], shape[4]);
-    let Some(gpu) = gpu_model(
-        &cfg,
-        WeightStore::load(&dir.join("weights.safetensors")).expect("weights"),
-    ) else {
+    let Some(Kf2 {
+        cfg,
+        shape,
+        images,
+        gpu,
+    }) = kf2_on_gpu()
+    else {
         return;
     };
+    let (h, w) = (shape[3], shape[4]);
     // (K, K) twice so the window fills and evicts inside pairs, then every mixed pair, each
     // twice (the second replays its graph), then keyframes again.
     let (k, n) = (true, false);
