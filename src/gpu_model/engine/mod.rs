@@ -10,9 +10,9 @@
 //! device), one graph launch and the download of the kept points.
 //!
 //! A streaming step may also hold two frames ([`GpuSession::submit_pair`]): every product runs on
-//! both frames' rows, while each frame's global attention reads its own view of the cache and
-//! the camera head runs once per frame, so each frame gets what it gets streamed alone
-//! (`kvcache::PairPlan`). Each kind of pair has its own graphs.
+//! both frames' rows, while each frame's global attention reads its own view of the cache (both
+//! views in one launch) and each camera-head row its own cache length, so each frame gets what
+//! it gets streamed alone (`kvcache::PairPlan`). Each kind of pair has its own graphs.
 
 use std::collections::VecDeque;
 use std::ops::Range;
