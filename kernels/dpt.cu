@@ -76,14 +76,18 @@ __device__ __forceinline__ u32 block_scan_incl(u32 v, u32* warp_tot, u32& total)
 // the two statistics (mean, then the centred variance, in f32) are block sums. Reading it three
 // times from global memory, as before, was three round trips per row: 11.4 us for the head's
 // 999 x 2048 rows against 4 us of memory traffic. The host gives dim % 8 == 0, dim <= 8 *
-// blockDim, 16-byte aligned rows and blockDim a multiple of 32.
+// blockDim, 16-byte aligned rows and blockDim a multiple of 32. Frames of a call: blockIdx.y is
+// the frame, whose rows start `frame_stride` elements after the previous frame's; its outputs
+// follow the previous frame's.
 extern "C" __global__ void dpt_layernorm_rows(const float* __restrict__ x, u64 row_stride,
-                                              u32 first_row, u32 dim,
+                                              u64 frame_stride, u32 first_row, u32 dim,
                                               const float* __restrict__ weight,
                                               const float* __restrict__ bias, float eps,
                                               u16* __restrict__ y) {
     __shared__ float red[32];
-    const float* row = x + (u64)(first_row + blockIdx.x) * row_stride;
+    const float* row =
+        x + (u64)blockIdx.y * frame_stride + (u64)(first_row + blockIdx.x) * row_stride;
+    const u64 out_row = (u64)blockIdx.y * gridDim.x + blockIdx.x;
     const u32 i0 = threadIdx.x * 8u;
     const bool mine = i0 < dim;
     float v[8];
@@ -114,7 +118,7 @@ extern "C" __global__ void dpt_layernorm_rows(const float* __restrict__ x, u64 r
     float o[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) o[j] = (v[j] - mean) * inv * weight[i0 + j] + bias[i0 + j];
-    *(uint4*)(y + (u64)blockIdx.x * dim + i0) = pack8(o);
+    *(uint4*)(y + out_row * dim + i0) = pack8(o);
 }
 
 // The UV positional embedding (already scaled by 0.1 on the host) is separable: channels below
@@ -129,16 +133,18 @@ __device__ __forceinline__ const float* uv_at(const float* __restrict__ cols,
     return ch < half ? cols + (u64)ox * half + ch : rows + (u64)oy * half + (ch - half);
 }
 
-// x [h][w][c] += the UV embedding, rounded to bf16 once. One thread moves 8 channels.
+// x [frames][h][w][c] += the UV embedding, rounded to bf16 once. One thread moves 8 channels.
 extern "C" __global__ void dpt_add_uv(u16* __restrict__ x, const float* __restrict__ cols,
-                                      const float* __restrict__ rows, u32 h, u32 w, u32 c) {
+                                      const float* __restrict__ rows, u32 frames, u32 h, u32 w,
+                                      u32 c) {
     const u32 c8 = c >> 3;
-    const u64 total = (u64)h * w * c8;
+    const u64 total = (u64)frames * h * w * c8;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (u64)gridDim.x * blockDim.x) {
         const u32 cv = (u32)(i % c8);
         const u64 p = i / c8;
-        const float* t = uv_at(cols, rows, c, (u32)(p / w), (u32)(p % w), cv);
+        // The frames' maps are stacked: a row of the stack is row `% h` of its frame.
+        const float* t = uv_at(cols, rows, c, (u32)((p / w) % h), (u32)(p % w), cv);
         float v[8];
         bf16x8_to_f32(*(const uint4*)(x + i * 8u), v);
 #pragma unroll
@@ -150,6 +156,9 @@ extern "C" __global__ void dpt_add_uv(u16* __restrict__ x, const float* __restri
 // im2col for a 3x3 convolution with padding 1 and stride `stride` on x [h][w][cin]: output rows
 // row0 .. row0+rows (of a map ow wide) become cols [(r - row0) * ow + ox][ky][kx][cin], zero
 // where the window leaves the input. `relu` rectifies the input on the way (ResidualConvUnit).
+// The input may hold several frames' maps back to back, x [frames][h][w][cin]: output rows then
+// count through the frames' outputs in turn (row r is row r % oh of frame r / oh), so that one
+// launch and one GEMM cover a call's frames, and no window reaches into a neighbouring frame.
 // One thread moves one 8-channel vector of one output pixel for all nine taps: the index
 // arithmetic, in 32 bits (the host checks rows * ow * cin / 8 < 2^31), is done once for nine
 // copies and the nine loads are in flight together. (One thread per tap and vector, with 64-bit
@@ -159,11 +168,14 @@ extern "C" __global__ void dpt_im2col3x3(const u16* __restrict__ x, u32 h, u32 w
                                          u16* __restrict__ cols) {
     const u32 c8 = cin >> 3;
     const u32 total = rows * ow * c8;
+    const u32 oh = (h - 1u) / stride + 1u;
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const u32 cv = i % c8;
         const u32 pix = i / c8;
         const u32 ox = pix % ow;
-        const u32 oy = row0 + pix / ow;
+        const u32 row = row0 + pix / ow;
+        const u32 oy = row % oh;
+        const u16* frame = x + (u64)(row / oh) * h * w * cin;
         uint4 v[9];
 #pragma unroll
         for (u32 tap = 0; tap < 9; ++tap) {
@@ -171,7 +183,8 @@ extern "C" __global__ void dpt_im2col3x3(const u16* __restrict__ x, u32 h, u32 w
             const int ix = (int)(ox * stride + tap % 3u) - 1;
             v[tap] = make_uint4(0u, 0u, 0u, 0u);
             if (iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w) {
-                v[tap] = *(const uint4*)(x + ((u64)((u32)iy * w + (u32)ix)) * cin + cv * 8u);
+                v[tap] =
+                    *(const uint4*)(frame + ((u64)((u32)iy * w + (u32)ix)) * cin + cv * 8u);
                 if (relu) v[tap] = relu8(v[tap]);
             }
         }
@@ -213,30 +226,32 @@ __device__ __forceinline__ void align_corners_axis(u32 o, u32 in, u32 out, u32& 
     l = src - (float)a;
 }
 
-// Bilinear resize (align_corners=True) x [ih][iw][c] -> y [oh][ow][c]; when `uv_cols` is not
-// null, the UV embedding of the output map (uv_at) is added before rounding (after the last
-// resize).
-extern "C" __global__ void dpt_bilinear(const u16* __restrict__ x, u32 ih, u32 iw, u32 c, u32 oh,
-                                        u32 ow, const float* __restrict__ uv_cols,
+// Bilinear resize (align_corners=True) x [frames][ih][iw][c] -> y [frames][oh][ow][c]; when
+// `uv_cols` is not null, the UV embedding of the output map (uv_at) is added before rounding
+// (after the last resize).
+extern "C" __global__ void dpt_bilinear(const u16* __restrict__ x, u32 frames, u32 ih, u32 iw,
+                                        u32 c, u32 oh, u32 ow, const float* __restrict__ uv_cols,
                                         const float* __restrict__ uv_rows, u16* __restrict__ y) {
-    // 32-bit indices (the host checks oh * ow * c / 8 < 2^31): 64-bit divisions made the
-    // largest resize issue-bound.
+    // 32-bit indices (the host checks frames * oh * ow * c / 8 < 2^31): 64-bit divisions made
+    // the largest resize issue-bound.
     const u32 c8 = c >> 3;
-    const u32 total = oh * ow * c8;
+    const u32 total = frames * oh * ow * c8;
     for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         const u32 cv = i % c8;
         const u32 p = i / c8;
         const u32 ox = p % ow;
-        const u32 oy = p / ow;
+        const u32 row = p / ow;
+        const u32 oy = row % oh;
+        const u16* src = x + (u64)(row / oh) * ih * iw * c;
         u32 y0, y1, x0, x1;
         float ly, lx;
         align_corners_axis(oy, ih, oh, y0, y1, ly);
         align_corners_axis(ox, iw, ow, x0, x1, lx);
         float a[8], b[8], cc[8], d[8], r[8];
-        bf16x8_to_f32(*(const uint4*)(x + ((u64)y0 * iw + x0) * c + cv * 8u), a);
-        bf16x8_to_f32(*(const uint4*)(x + ((u64)y0 * iw + x1) * c + cv * 8u), b);
-        bf16x8_to_f32(*(const uint4*)(x + ((u64)y1 * iw + x0) * c + cv * 8u), cc);
-        bf16x8_to_f32(*(const uint4*)(x + ((u64)y1 * iw + x1) * c + cv * 8u), d);
+        bf16x8_to_f32(*(const uint4*)(src + ((u64)y0 * iw + x0) * c + cv * 8u), a);
+        bf16x8_to_f32(*(const uint4*)(src + ((u64)y0 * iw + x1) * c + cv * 8u), b);
+        bf16x8_to_f32(*(const uint4*)(src + ((u64)y1 * iw + x0) * c + cv * 8u), cc);
+        bf16x8_to_f32(*(const uint4*)(src + ((u64)y1 * iw + x1) * c + cv * 8u), d);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const float top = (1.f - lx) * a[j] + lx * b[j];
@@ -303,6 +318,8 @@ extern "C" __global__ void dpt_output_head(const u16* __restrict__ x, u32 n, u32
 // the planar depth and confidence maps. Unfused, the 3x3 conv alone was an im2col of the whole
 // image (9 * CIN values a pixel: 450 MB at 518x378) written and read back by a GEMM whose n is
 // only 32, about 0.3 ms a frame on an H200; here the input is read once.
+// A call's frames (x [frames][h][w][CIN], depth and confidence [frames][h][w]) share one launch:
+// the tiles of frame f follow those of frame f - 1.
 //
 // The conv is an implicit GEMM on the sm_80 tensor cores (m16n8k16, bf16 in, f32 accumulators):
 // m = pixels, n = 32 output channels, k = 9 taps x CIN. The weight [32][3][3][CIN] stays in
@@ -341,10 +358,14 @@ struct OutConv {
     }
 };
 
+// Tile `tile` of the frames' stacked tiles (each frame has `frame_tiles`, row-major).
 template <int CIN>
 __device__ __forceinline__ void out_conv_load_tile(const u16* __restrict__ x, u32 h, u32 w,
-                                                   u32 tile, u32 tiles_x, u32 tile_smem) {
+                                                   u32 tile, u32 frame_tiles, u32 tiles_x,
+                                                   u32 tile_smem) {
     using C = OutConv<CIN>;
+    x += (u64)(tile / frame_tiles) * h * w * CIN;
+    tile %= frame_tiles;
     const int y0 = (int)((tile / tiles_x) * OC_TH) - 1;
     const int x0 = (int)((tile % tiles_x) * OC_TW) - 1;
     for (u32 i = threadIdx.x; i < (u32)C::TILE_CHUNKS; i += OC_THREADS) {
@@ -358,7 +379,7 @@ __device__ __forceinline__ void out_conv_load_tile(const u16* __restrict__ x, u3
 
 template <int CIN>
 __device__ __forceinline__ void output_conv_head_body(
-    const u16* __restrict__ x, u32 h, u32 w, const u16* __restrict__ weight,
+    const u16* __restrict__ x, u32 frames, u32 h, u32 w, const u16* __restrict__ weight,
     const u16* __restrict__ bias, const float* __restrict__ head_w,
     const float* __restrict__ head_b, float* __restrict__ depth, float* __restrict__ conf) {
 #if __CUDA_ARCH__ >= 800
@@ -368,7 +389,8 @@ __device__ __forceinline__ void output_conv_head_body(
     const u32 tiles_smem = ws + C::W_BYTES;
     const u32 warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
     const u32 tiles_x = (w + OC_TW - 1) / OC_TW;
-    const u32 tiles = ((h + OC_TH - 1) / OC_TH) * tiles_x;
+    const u32 frame_tiles = ((h + OC_TH - 1) / OC_TH) * tiles_x;
+    const u32 tiles = frames * frame_tiles;
 
     // The weight, once; it lands with the first tile (same cp.async group).
     for (u32 i = threadIdx.x; i < (u32)(OC_COUT * C::K / 8); i += OC_THREADS) {
@@ -376,7 +398,7 @@ __device__ __forceinline__ void output_conv_head_body(
         cp_async_16(ws + n * (C::WROW * 2) + c * 16u, weight + (u64)n * C::K + c * 8u, true);
     }
     u32 tile = blockIdx.x;
-    if (tile < tiles) out_conv_load_tile<CIN>(x, h, w, tile, tiles_x, tiles_smem);
+    if (tile < tiles) out_conv_load_tile<CIN>(x, h, w, tile, frame_tiles, tiles_x, tiles_smem);
     cp_async_commit();
 
     // Per lane: the bias, 1x1 weights and channels of its accumulator columns
@@ -403,7 +425,7 @@ __device__ __forceinline__ void output_conv_head_body(
         const u32 cur = tiles_smem + (it & 1u) * C::TILE_BYTES;
         const u32 next = tile + gridDim.x;
         if (next < tiles)
-            out_conv_load_tile<CIN>(x, h, w, next, tiles_x,
+            out_conv_load_tile<CIN>(x, h, w, next, frame_tiles, tiles_x,
                                     tiles_smem + ((it + 1) & 1u) * C::TILE_BYTES);
         cp_async_commit();
         cp_async_wait<1>();
@@ -445,8 +467,10 @@ __device__ __forceinline__ void output_conv_head_body(
         }
 
         // Lane (g = lane / 4) holds pixels g and g + 8 of each m16 tile, 8 of the 32 channels.
-        const u32 oy = (tile / tiles_x) * OC_TH + warp;
-        const u32 ox0 = (tile % tiles_x) * OC_TW;
+        const u32 in_frame = tile % frame_tiles;
+        const u64 plane = (u64)(tile / frame_tiles) * h * w;
+        const u32 oy = (in_frame / tiles_x) * OC_TH + warp;
+        const u32 ox0 = (in_frame % tiles_x) * OC_TW;
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -467,7 +491,7 @@ __device__ __forceinline__ void output_conv_head_body(
                 s1 += __shfl_xor_sync(FULL_MASK, s1, 2);
                 const u32 ox = ox0 + mt * 16 + (lane >> 2) + half * 8;
                 if ((lane & 3u) == 0 && oy < h && ox < w) {
-                    const u64 p = (u64)oy * w + ox;
+                    const u64 p = plane + (u64)oy * w + ox;
                     depth[p] = expf(hb0 + s0);
                     conf[p] = 1.f + expf(hb1 + s1);
                 }
@@ -484,11 +508,11 @@ __device__ __forceinline__ void output_conv_head_body(
 // grid = min(tiles, resident CTAs), block = OC_THREADS, dynamic shared memory OutConv<CIN>::SMEM.
 #define OUT_CONV_ENTRY(name, CIN)                                                               \
     extern "C" __global__ void __launch_bounds__(OC_THREADS)                                    \
-        name(const u16* __restrict__ x, u32 h, u32 w, const u16* __restrict__ weight,           \
-             const u16* __restrict__ bias, const float* __restrict__ head_w,                     \
-             const float* __restrict__ head_b, float* __restrict__ depth,                        \
-             float* __restrict__ conf) {                                                         \
-        output_conv_head_body<CIN>(x, h, w, weight, bias, head_w, head_b, depth, conf);         \
+        name(const u16* __restrict__ x, u32 frames, u32 h, u32 w,                               \
+             const u16* __restrict__ weight, const u16* __restrict__ bias,                       \
+             const float* __restrict__ head_w, const float* __restrict__ head_b,                 \
+             float* __restrict__ depth, float* __restrict__ conf) {                              \
+        output_conv_head_body<CIN>(x, frames, h, w, weight, bias, head_w, head_b, depth, conf); \
     }
 OUT_CONV_ENTRY(dpt_output_conv_head_c128, 128)
 OUT_CONV_ENTRY(dpt_output_conv_head_c16, 16)

@@ -16,7 +16,7 @@ use streamrecon::backend::cuda::conv::{self, Nhwc, UvTable};
 use streamrecon::backend::cuda::gemm::Gemm;
 use streamrecon::backend::cuda::output_conv;
 use streamrecon::backend::cuda::storage::{Device, DevicePlacement};
-use streamrecon::gpu_model::dpt_head::GpuDptHead;
+use streamrecon::gpu_model::dpt_head::{GpuDptHead, Taps};
 use streamrecon::gpu_model::unproject::PointCompactor;
 use streamrecon::model::ModelConfig;
 use streamrecon::model::dpt_head::{DptHead, add_uv_embedding};
@@ -93,10 +93,6 @@ fn random_map(rng: &mut StdRng, c: usize, h: usize, w: usize) -> FeatureMap {
     m
 }
 
-fn upload_map(dev: &CudaDevice, m: &FeatureMap) -> cudarc::driver::CudaSlice<bf16> {
-    conv::upload_bf16(dev, &to_hwc(m)).expect("upload")
-}
-
 fn alloc(dev: &CudaDevice, n: usize) -> cudarc::driver::CudaSlice<bf16> {
     dev.stream.alloc_zeros::<bf16>(n.max(8)).expect("alloc")
 }
@@ -138,46 +134,67 @@ fn conv_blocks_match_cpu() {
         ((1, 1, 0), true),
     ] {
         let c = random_conv(&mut rng, cin, cout, ksp, bias);
-        let x = random_map(&mut rng, cin, h, w);
+        // Two frames' maps back to back: one call must give each frame its own conv.
+        let xs = [
+            random_map(&mut rng, cin, h, w),
+            random_map(&mut rng, cin, h, w),
+        ];
         let dc = DevicePlacement::new(&dev).conv2d(&c).expect("upload conv");
         dc.check().expect("a conv the kernels implement");
-        let xd = upload_map(&dev, &x);
+        let both: Vec<f32> = xs.iter().flat_map(to_hwc).collect();
+        let xd = conv::upload_bf16(&dev, &both).expect("upload");
         for relu in [false, true] {
             if relu && ksp.0 == 1 {
                 continue;
             }
-            let mut xin = x.clone();
-            if relu {
-                xin.data.iter_mut().for_each(|v| *v = v.max(0.0));
-            }
-            let want = c.forward(&xin);
-            // A full column buffer, and one of two output rows (the chunked path).
-            for cols_len in [dc.cols_for(h, w), 2 * dc.cols_per_row(w)] {
-                let cols = alloc(&dev, cols_len);
-                let y = alloc(&dev, want.data.len());
-                let d = dc
-                    .forward(
-                        &dev,
-                        &mut gemm,
-                        DevPtr::of(&xd),
-                        h,
-                        w,
-                        relu,
-                        DevPtr::of(&cols).slice(0, cols_len.max(1)).expect("slice"),
-                        DevPtr::of(&y),
-                    )
-                    .expect("conv forward");
-                assert_eq!((d.h, d.w, d.c), (want.height, want.width, cout));
-                let got = download(&dev, &y, want.data.len());
-                check(
-                    &format!(
-                        "conv k{} s{} bias {bias} relu {relu} cols {cols_len}",
-                        ksp.0, ksp.1
-                    ),
-                    &got,
-                    &to_hwc(&want),
-                    OP_TOLERANCE,
-                );
+            let want: Vec<FeatureMap> = xs
+                .iter()
+                .map(|x| {
+                    let mut xin = x.clone();
+                    if relu {
+                        xin.data.iter_mut().for_each(|v| *v = v.max(0.0));
+                    }
+                    c.forward(&xin)
+                })
+                .collect();
+            let one = want[0].data.len();
+            // Full column buffers for one and two frames, two output rows (chunks that end at
+            // the frames' boundary when the output height is even) and three (a chunk across it).
+            for frames in [1, 2] {
+                for cols_len in [
+                    frames * dc.cols_for(h, w),
+                    2 * dc.cols_per_row(w),
+                    3 * dc.cols_per_row(w),
+                ] {
+                    let cols = alloc(&dev, cols_len);
+                    let y = alloc(&dev, frames * one);
+                    let d = dc
+                        .forward(
+                            &dev,
+                            &mut gemm,
+                            DevPtr::of(&xd),
+                            frames,
+                            (h, w),
+                            relu,
+                            DevPtr::of(&cols).slice(0, cols_len.max(1)).expect("slice"),
+                            DevPtr::of(&y),
+                        )
+                        .expect("conv forward");
+                    assert_eq!((d.h, d.w, d.c), (want[0].height, want[0].width, cout));
+                    let got = download(&dev, &y, frames * one);
+                    for f in 0..frames {
+                        check(
+                            &format!(
+                                "conv k{} s{} bias {bias} relu {relu} cols {cols_len} frame \
+                                 {f} of {frames}",
+                                ksp.0, ksp.1
+                            ),
+                            &got[f * one..(f + 1) * one],
+                            &to_hwc(&want[f]),
+                            OP_TOLERANCE,
+                        );
+                    }
+                }
             }
         }
     }
@@ -198,35 +215,43 @@ fn conv_transpose_matches_cpu() {
             out_channels: cout,
             kernel: k,
         };
-        let x = random_map(&mut rng, cin, h, w);
-        let want = t.forward(&x);
+        // Two frames in one call.
+        let xs = [
+            random_map(&mut rng, cin, h, w),
+            random_map(&mut rng, cin, h, w),
+        ];
+        let want: Vec<Vec<f32>> = xs.iter().map(|x| to_hwc(&t.forward(x))).collect();
+        let one = want[0].len();
         let dt = DevicePlacement::new(&dev)
             .conv_transpose(&t)
             .expect("upload");
         let bias = dt.tiled_bias(&dev).expect("tiled bias");
-        let xd = upload_map(&dev, &x);
-        let tmp = alloc(&dev, dt.tmp_for(h, w));
-        let y = alloc(&dev, want.data.len());
+        let both: Vec<f32> = xs.iter().flat_map(to_hwc).collect();
+        let xd = conv::upload_bf16(&dev, &both).expect("upload");
+        let tmp = alloc(&dev, 2 * dt.tmp_for(h, w));
+        let y = alloc(&dev, 2 * one);
         let d = dt
             .forward(
                 &dev,
                 &mut gemm,
                 DevPtr::of(&bias),
                 DevPtr::of(&xd),
-                h,
-                w,
+                2,
+                (h, w),
                 DevPtr::of(&tmp),
                 DevPtr::of(&y),
             )
             .expect("forward");
         assert_eq!((d.h, d.w, d.c), (h * k, w * k, cout));
-        let got = download(&dev, &y, want.data.len());
-        check(
-            &format!("conv-transpose k{k}s{k}"),
-            &got,
-            &to_hwc(&want),
-            OP_TOLERANCE,
-        );
+        let got = download(&dev, &y, 2 * one);
+        for (f, want) in want.iter().enumerate() {
+            check(
+                &format!("conv-transpose k{k}s{k} frame {f} of 2"),
+                &got[f * one..(f + 1) * one],
+                want,
+                OP_TOLERANCE,
+            );
+        }
     }
 }
 
@@ -244,44 +269,67 @@ fn bilinear_matches_cpu() {
         ((1, 4), (3, 8)),
         ((6, 6), (6, 6)),
     ] {
-        let x = random_map(&mut rng, c, ih, iw);
-        let xd = upload_map(&dev, &x);
-        let resized = bilinear_align_corners(&x, oh, ow);
-        let want = to_hwc(&resized);
+        // Two frames in one call, each resized on its own.
+        let xs = [
+            random_map(&mut rng, c, ih, iw),
+            random_map(&mut rng, c, ih, iw),
+        ];
+        let both: Vec<f32> = xs.iter().flat_map(to_hwc).collect();
+        let xd = conv::upload_bf16(&dev, &both).expect("upload");
         let aspect = 1.3;
-        let mut with_uv = resized.clone();
-        add_uv_embedding(&mut with_uv, aspect);
-        let want_uv = to_hwc(&with_uv);
+        let (mut want, mut want_uv) = (Vec::new(), Vec::new());
+        for x in &xs {
+            let resized = bilinear_align_corners(x, oh, ow);
+            want.extend(to_hwc(&resized));
+            let mut with_uv = resized.clone();
+            add_uv_embedding(&mut with_uv, aspect);
+            want_uv.extend(to_hwc(&with_uv));
+        }
+        let one = oh * ow * c;
         let table = UvTable::new(&dev, Nhwc::new(oh, ow, c), aspect).expect("UV table");
         for with_table in [false, true] {
-            let y = alloc(&dev, want.len());
-            conv::bilinear(
-                &dev,
-                DevPtr::of(&xd),
-                Nhwc::new(ih, iw, c),
-                (oh, ow),
-                with_table.then_some(&table),
-                DevPtr::of(&y),
-            )
-            .expect("bilinear");
-            let got = download(&dev, &y, want.len());
-            let want = if with_table { &want_uv } else { &want };
-            check(
-                &format!("bilinear {ih}x{iw} -> {oh}x{ow} table {with_table}"),
-                &got,
-                want,
-                OP_TOLERANCE,
-            );
+            for frames in [1, 2] {
+                let y = alloc(&dev, frames * one);
+                conv::bilinear(
+                    &dev,
+                    DevPtr::of(&xd),
+                    Nhwc::new(ih, iw, c),
+                    frames,
+                    (oh, ow),
+                    with_table.then_some(&table),
+                    DevPtr::of(&y),
+                )
+                .expect("bilinear");
+                let got = download(&dev, &y, frames * one);
+                let want = if with_table { &want_uv } else { &want };
+                for f in 0..frames {
+                    check(
+                        &format!(
+                            "bilinear {ih}x{iw} -> {oh}x{ow} table {with_table} frame {f} of \
+                             {frames}"
+                        ),
+                        &got[f * one..(f + 1) * one],
+                        &want[f * one..(f + 1) * one],
+                        OP_TOLERANCE,
+                    );
+                }
+            }
         }
-        // The UV embedding added in place at the input's size (the taps' path).
-        let mut x_uv = x.clone();
-        add_uv_embedding(&mut x_uv, aspect);
+        // The UV embedding added in place at the input's size (the taps' path), both frames.
+        let x_uv: Vec<f32> = xs
+            .iter()
+            .flat_map(|x| {
+                let mut x_uv = x.clone();
+                add_uv_embedding(&mut x_uv, aspect);
+                to_hwc(&x_uv)
+            })
+            .collect();
         let input_table = UvTable::new(&dev, Nhwc::new(ih, iw, c), aspect).expect("UV table");
-        conv::add_uv(&dev, DevPtr::of(&xd), &input_table).expect("add uv");
+        conv::add_uv(&dev, DevPtr::of(&xd), 2, &input_table).expect("add uv");
         check(
-            &format!("add uv {ih}x{iw}"),
-            &download(&dev, &xd, ih * iw * c),
-            &to_hwc(&x_uv),
+            &format!("add uv {ih}x{iw}, two frames"),
+            &download(&dev, &xd, 2 * ih * iw * c),
+            &x_uv,
             OP_TOLERANCE,
         );
         // A table made for another size is refused.
@@ -291,6 +339,7 @@ fn bilinear_matches_cpu() {
                 &dev,
                 DevPtr::of(&xd),
                 Nhwc::new(ih, iw, c),
+                1,
                 (oh, ow),
                 Some(&input_table),
                 DevPtr::of(&y),
@@ -309,10 +358,11 @@ fn layer_norm_and_adds_match_cpu() {
         return;
     };
     let mut rng = StdRng::seed_from_u64(4);
-    // LayerNorm of rows 6.. of a strided f32 matrix.
+    // LayerNorm of rows 6.. of each of two frames of a strided f32 matrix.
     let (dim, stride, rows) = (2048, 2048 + 64, 23);
     let total = SPECIAL_TOKENS + rows;
-    let x: Vec<f32> = normal(&mut rng, total * stride, 2.0)
+    let frame_stride = total * stride;
+    let x: Vec<f32> = normal(&mut rng, 2 * frame_stride, 2.0)
         .into_iter()
         .map(|v| v + 0.5)
         .collect();
@@ -322,33 +372,53 @@ fn layer_norm_and_adds_match_cpu() {
         dim,
         eps: 1e-5,
     };
-    let dense: Vec<f32> = (SPECIAL_TOKENS..total)
+    let dense: Vec<f32> = (0..2)
+        .flat_map(|f| (SPECIAL_TOKENS..total).map(move |r| f * total + r))
         .flat_map(|r| x[r * stride..r * stride + dim].iter().copied())
         .collect();
     let want = ln.forward(&dense);
     let xd = conv::upload_f32(&dev, &x).expect("x");
     let wd = conv::upload_f32(&dev, ln.weight.as_deref().expect("w")).expect("w");
     let bd = conv::upload_f32(&dev, ln.bias.as_deref().expect("b")).expect("b");
-    let y = alloc(&dev, rows * dim);
-    conv::layer_norm_rows(
+    for frames in [1, 2] {
+        let y = alloc(&dev, frames * rows * dim);
+        conv::layer_norm_rows(
+            &dev,
+            DevPtr::of(&xd),
+            stride,
+            SPECIAL_TOKENS,
+            rows,
+            (frames, frame_stride),
+            dim,
+            DevPtr::of(&wd),
+            DevPtr::of(&bd),
+            1e-5,
+            DevPtr::of(&y),
+        )
+        .expect("layer norm");
+        check(
+            &format!("layer norm rows, {frames} frames"),
+            &download(&dev, &y, frames * rows * dim),
+            &want[..frames * rows * dim],
+            OP_TOLERANCE,
+        );
+    }
+    // Frames closer together than a frame's rows are refused.
+    let y = alloc(&dev, 2 * rows * dim);
+    let overlapping = conv::layer_norm_rows(
         &dev,
         DevPtr::of(&xd),
         stride,
         SPECIAL_TOKENS,
         rows,
+        (2, stride * rows),
         dim,
         DevPtr::of(&wd),
         DevPtr::of(&bd),
         1e-5,
         DevPtr::of(&y),
-    )
-    .expect("layer norm");
-    check(
-        "layer norm rows",
-        &download(&dev, &y, rows * dim),
-        &want,
-        OP_TOLERANCE,
     );
+    assert!(overlapping.is_err(), "overlapping frames accepted");
 
     // out = a + relu(b) + c, in place on a.
     let n = 8 * 301;
@@ -406,9 +476,17 @@ fn fused_output_conv_head_matches_cpu_and_unfused_path() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(7);
-    for (cin, h, w) in [(128, 37, 70), (16, 9, 33), (128, 3, 20)] {
+    // (cin, h, w, frames): a call's frames share one launch.
+    for (cin, h, w, frames) in [
+        (128, 37, 70, 1),
+        (16, 9, 33, 2),
+        (128, 3, 20, 2),
+        (128, 13, 40, 2),
+    ] {
         let c = random_conv(&mut rng, cin, 32, (3, 1, 1), true);
-        let x = random_map(&mut rng, cin, h, w);
+        let xs: Vec<FeatureMap> = (0..frames)
+            .map(|_| random_map(&mut rng, cin, h, w))
+            .collect();
         let head_w = normal(&mut rng, 2 * 32, 0.05);
         let head_b = vec![0.1f32, -0.2];
         let dc = DevicePlacement::new(&dev).conv2d(&c).expect("upload conv");
@@ -418,21 +496,24 @@ fn fused_output_conv_head_matches_cpu_and_unfused_path() {
         );
 
         // CPU: the conv rounded to bf16 as the GPU's conv output is, ReLU, 1x1, exp.
-        let y = c.forward(&x);
         let plane = h * w;
-        let (mut want_depth, mut want_conf) = (vec![0.0f32; plane], vec![0.0f32; plane]);
-        for p in 0..plane {
-            let (mut s0, mut s1) = (head_b[0], head_b[1]);
-            for n in 0..32 {
-                let v = bf16::from_f32(y.data[n * plane + p]).to_f32().max(0.0);
-                s0 += head_w[n] * v;
-                s1 += head_w[32 + n] * v;
+        let (mut want_depth, mut want_conf) = (Vec::new(), Vec::new());
+        for x in &xs {
+            let y = c.forward(x);
+            for p in 0..plane {
+                let (mut s0, mut s1) = (head_b[0], head_b[1]);
+                for n in 0..32 {
+                    let v = bf16::from_f32(y.data[n * plane + p]).to_f32().max(0.0);
+                    s0 += head_w[n] * v;
+                    s1 += head_w[32 + n] * v;
+                }
+                want_depth.push(s0.exp());
+                want_conf.push(1.0 + s1.exp());
             }
-            want_depth[p] = s0.exp();
-            want_conf[p] = 1.0 + s1.exp();
         }
-
-        let xd = upload_map(&dev, &x);
+        let all: Vec<f32> = xs.iter().flat_map(to_hwc).collect();
+        let xd = conv::upload_bf16(&dev, &all).expect("upload");
+        let plane = frames * plane;
         let hw = conv::upload_f32(&dev, &head_w).expect("1x1 weight");
         let hb = conv::upload_f32(&dev, &head_b).expect("1x1 bias");
         let maps = || {
@@ -446,8 +527,8 @@ fn fused_output_conv_head_matches_cpu_and_unfused_path() {
             &dev,
             &dc,
             DevPtr::of(&xd),
-            h,
-            w,
+            frames,
+            (h, w),
             DevPtr::of(&hw),
             DevPtr::of(&hb),
             DevPtr::of(&fd),
@@ -455,14 +536,14 @@ fn fused_output_conv_head_matches_cpu_and_unfused_path() {
         )
         .expect("fused output conv");
         let (ud, uc) = maps();
-        let cols = alloc(&dev, dc.cols_for(h, w));
+        let cols = alloc(&dev, frames * dc.cols_for(h, w));
         let head2 = alloc(&dev, plane * 32);
         dc.forward(
             &dev,
             &mut gemm,
             DevPtr::of(&xd),
-            h,
-            w,
+            frames,
+            (h, w),
             false,
             DevPtr::of(&cols),
             DevPtr::of(&head2),
@@ -481,7 +562,7 @@ fn fused_output_conv_head_matches_cpu_and_unfused_path() {
         .expect("output head");
         let get = |m: &cudarc::driver::CudaSlice<f32>| dev.stream.clone_dtoh(m).expect("download");
         let (fd, fc, ud, uc) = (get(&fd), get(&fc), get(&ud), get(&uc));
-        let label = format!("fused output conv cin {cin} {h}x{w}");
+        let label = format!("fused output conv cin {cin} {frames} x {h}x{w}");
         check(
             &format!("{label} depth vs cpu"),
             &fd,
@@ -539,7 +620,8 @@ fn random_device_head(dev: &CudaDevice, cfg: &ModelConfig, seed: u64) -> DptHead
         .expect("head goes to the device")
 }
 
-/// The whole head on one frame (the second of two, to exercise the frame offset) vs the CPU.
+/// The whole head vs the CPU: on the second of two frames alone (the frame offset), and on both
+/// frames in one call.
 fn head_case(cfg: &ModelConfig, height: usize, width: usize, seed: u64) {
     // The CPU side first: the random head must load even where the GPU part is skipped.
     let head = random_head(cfg, seed);
@@ -559,15 +641,19 @@ fn head_case(cfg: &ModelConfig, height: usize, width: usize, seed: u64) {
         .collect();
     let raw = head.forward(&taps, frames, height, width);
     let plane = height * width;
-    let f = 1;
-    let want_depth: Vec<f32> = raw[2 * f * plane..(2 * f + 1) * plane]
-        .iter()
-        .map(|v| v.exp())
-        .collect();
-    let want_conf: Vec<f32> = raw[(2 * f + 1) * plane..(2 * f + 2) * plane]
-        .iter()
-        .map(|v| 1.0 + v.exp())
-        .collect();
+    // The CPU's depth and confidence of frame f, activations applied.
+    let want = |f: usize| -> (Vec<f32>, Vec<f32>) {
+        (
+            raw[2 * f * plane..(2 * f + 1) * plane]
+                .iter()
+                .map(|v| v.exp())
+                .collect(),
+            raw[(2 * f + 1) * plane..(2 * f + 2) * plane]
+                .iter()
+                .map(|v| 1.0 + v.exp())
+                .collect(),
+        )
+    };
 
     let Some((dev, mut gemm)) = device() else {
         return;
@@ -583,46 +669,85 @@ fn head_case(cfg: &ModelConfig, height: usize, width: usize, seed: u64) {
             conv::upload_f32(&dev, &padded).expect("tap")
         })
         .collect();
-    let tap_ptrs: [DevPtr<f32>; 4] = std::array::from_fn(|i| {
-        let all = DevPtr::of(&tap_bufs[i]);
-        all.slice(f * p * stride, p * stride).expect("frame slice")
-    });
+    // The taps from frame `f0` on.
+    let taps_from = |f0: usize| Taps {
+        first: std::array::from_fn(|i| {
+            let all = DevPtr::of(&tap_bufs[i]);
+            all.slice(f0 * p * stride, (frames - f0) * p * stride)
+                .expect("frame slice")
+        }),
+        row_stride: stride,
+        frame_stride: p * stride,
+    };
     let device_head = random_device_head(&dev, cfg, seed);
-    let mut gpu = GpuDptHead::new(&dev, &device_head, height, width).expect("head buffers");
+    let mut gpu = GpuDptHead::new(&dev, &device_head, height, width, frames).expect("buffers");
     assert_eq!(gpu.tokens_per_frame(), p);
-    let depth = dev.stream.alloc_zeros::<f32>(plane).expect("depth");
-    let conf = dev.stream.alloc_zeros::<f32>(plane).expect("conf");
-    // Twice: the second run must not depend on what the first left in the scratch buffers.
-    for run in 0..2 {
+    assert_eq!(gpu.batch(), frames);
+    let depth = dev
+        .stream
+        .alloc_zeros::<f32>(frames * plane)
+        .expect("depth");
+    let conf = dev.stream.alloc_zeros::<f32>(frames * plane).expect("conf");
+    let mut alone = None;
+    // The second frame alone (the frame offset), twice (the second run must not depend on what
+    // the first left in the scratch buffers), then both frames in one call.
+    for (run, (f0, n)) in [(1, 1), (1, 1), (0, 2)].into_iter().enumerate() {
         gpu.forward(
             &dev,
             &mut gemm,
             &device_head,
-            tap_ptrs,
-            stride,
+            n,
+            taps_from(f0),
             DevPtr::of(&depth),
             DevPtr::of(&conf),
         )
         .expect("head forward");
         let got_depth = dev.stream.clone_dtoh(&depth).expect("depth");
         let got_conf = dev.stream.clone_dtoh(&conf).expect("conf");
-        let label = format!("dpt {height}x{width} dim {dim} run {run}");
-        let log_got: Vec<f32> = got_depth.iter().map(|v| v.ln()).collect();
-        let (_, log_max) = errors(&log_got, &raw[2 * f * plane..(2 * f + 1) * plane]);
-        eprintln!("{label}: log-depth max abs error {log_max:.3e}");
-        check(
-            &format!("{label} depth"),
-            &got_depth,
-            &want_depth,
-            HEAD_TOLERANCE,
-        );
-        check(
-            &format!("{label} conf"),
-            &got_conf,
-            &want_conf,
-            HEAD_TOLERANCE,
-        );
+        for i in 0..n {
+            let f = f0 + i;
+            let (want_depth, want_conf) = want(f);
+            let got_depth = &got_depth[i * plane..(i + 1) * plane];
+            let got_conf = &got_conf[i * plane..(i + 1) * plane];
+            let label = format!("dpt {height}x{width} dim {dim} run {run}, frame {f} of {n}");
+            let log_got: Vec<f32> = got_depth.iter().map(|v| v.ln()).collect();
+            let (_, log_max) = errors(&log_got, &raw[2 * f * plane..(2 * f + 1) * plane]);
+            eprintln!("{label}: log-depth max abs error {log_max:.3e}");
+            check(
+                &format!("{label} depth"),
+                got_depth,
+                &want_depth,
+                HEAD_TOLERANCE,
+            );
+            check(
+                &format!("{label} conf"),
+                got_conf,
+                &want_conf,
+                HEAD_TOLERANCE,
+            );
+            if f == 1 {
+                match &alone {
+                    None => alone = Some(got_depth.to_vec()),
+                    // In a call of two, the frame's depth is what it is alone, up to the GEMMs'
+                    // order of sums (another M may pick another algorithm).
+                    Some(a) => check(&format!("{label} depth vs alone"), got_depth, a, 1e-2),
+                }
+            }
+        }
     }
+    // More frames than the buffers were made for are refused.
+    let err = gpu
+        .forward(
+            &dev,
+            &mut gemm,
+            &device_head,
+            frames + 1,
+            taps_from(0),
+            DevPtr::of(&depth),
+            DevPtr::of(&conf),
+        )
+        .expect_err("too many frames");
+    assert!(err.to_string().contains("frames"), "{err}");
 }
 
 #[test]

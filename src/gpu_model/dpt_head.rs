@@ -1,6 +1,7 @@
-//! The DPT depth head on the GPU, one frame per call: the CPU head (`model::dpt_head`) with
-//! bf16 NHWC feature maps, f32 accumulation in cuBLASLt GEMMs and the glue kernels of
-//! `kernels/dpt.cu` (through `backend::cuda::conv`).
+//! The DPT depth head on the GPU: the CPU head (`model::dpt_head`) with bf16 NHWC feature maps,
+//! f32 accumulation in cuBLASLt GEMMs and the glue kernels of `kernels/dpt.cu` (through
+//! `backend::cuda::conv`). Up to `batch` frames go through at once, their maps back to back:
+//! every launch and every GEMM covers them all (a convolution never reads across frames).
 //!
 //! Per tap: LayerNorm of the patch tokens → 1x1 projection → + UV embedding → resize (k4s4 /
 //! k2s2 transposed conv, identity, 3x3 stride-2 conv) → 3x3 `layer_rn`. Then the fusion blocks
@@ -30,7 +31,16 @@ type Result<T> = std::result::Result<T, CudaError>;
 /// run in a few row chunks instead of one huge column matrix.
 const COLS_BUDGET: usize = 1 << 26;
 
-/// Scratch feature maps, each sized for its largest use at this resolution.
+/// Where a call's four aggregator taps are: `first[i]` points at tap i's row of the first
+/// frame's token 0; rows `row_stride` f32 values apart, frames `frame_stride` apart.
+#[derive(Debug, Clone, Copy)]
+pub struct Taps {
+    pub first: [DevPtr<f32>; 4],
+    pub row_stride: usize,
+    pub frame_stride: usize,
+}
+
+/// Scratch feature maps, each sized for its largest use at this resolution (times the batch).
 struct Scratch {
     /// Normalised patch tokens `[np][dim]`.
     ln: CudaSlice<bf16>,
@@ -59,10 +69,13 @@ struct Scratch {
     cols: CudaSlice<bf16>,
 }
 
-/// The depth head's buffers for one resolution on the device (the weights stay the model's).
+/// The depth head's buffers for one resolution and batch on the device (the weights stay the
+/// model's).
 pub struct GpuDptHead {
     height: usize,
     width: usize,
+    /// Frames one `forward` may take.
+    batch: usize,
     ph: usize,
     pw: usize,
     dim: usize,
@@ -111,14 +124,18 @@ fn check_convs(head: &DptHead<Device>) -> Result<()> {
 }
 
 impl GpuDptHead {
-    /// Checks `head` against the kernels and allocates every buffer for `height × width` input
-    /// images.
+    /// Checks `head` against the kernels and allocates every buffer for up to `batch` frames of
+    /// `height × width` input images a call.
     pub fn new(
         dev: &CudaDevice,
         head: &DptHead<Device>,
         height: usize,
         width: usize,
+        batch: usize,
     ) -> Result<Self> {
+        if batch == 0 {
+            return Err(CudaError::Invalid("DPT head: a batch of 0 frames".into()));
+        }
         let (ph, pw) = (height / head.patch.max(1), width / head.patch.max(1));
         let four = [
             head.projects.len(),
@@ -172,7 +189,7 @@ impl GpuDptHead {
         let mut cols = 0usize;
         let mut cols_row = 0usize;
         let mut note_conv = |c: &DeviceConv, h: usize, w: usize| {
-            cols = cols.max(c.cols_for(h, w).min(COLS_BUDGET));
+            cols = cols.max((batch * c.cols_for(h, w)).min(COLS_BUDGET));
             cols_row = cols_row.max(c.cols_per_row(w));
         };
         let mut proj_len = 0;
@@ -246,36 +263,36 @@ impl GpuDptHead {
             .collect::<Result<Vec<_>>>()?;
         let uv_full = UvTable::new(dev, Nhwc::new(height, width, c1.c), aspect)?;
 
+        // Every map holds `batch` frames back to back.
+        let maps = |len: usize| alloc_bf16(dev, batch * len);
         let s = Scratch {
-            ln: alloc_bf16(dev, np * dim)?,
-            proj: alloc_bf16(dev, proj_len)?,
-            up: alloc_bf16(dev, up_len)?,
-            resized: alloc_bf16(dev, resized_len)?,
+            ln: maps(np * dim)?,
+            proj: maps(proj_len)?,
+            up: maps(up_len)?,
+            resized: maps(resized_len)?,
             levels: level_dims
                 .iter()
-                .map(|d| alloc_bf16(dev, d.len()))
+                .map(|d| maps(d.len()))
                 .collect::<Result<Vec<_>>>()?,
-            t1: alloc_bf16(dev, level_max)?,
-            t2: alloc_bf16(dev, level_max)?,
-            sum: alloc_bf16(dev, level_max)?,
-            rcu: alloc_bf16(dev, level_max)?,
-            zoomed: alloc_bf16(dev, fused_max)?,
-            fused: alloc_bf16(dev, fused_max)?,
-            head1: alloc_bf16(dev, c1.len())?,
-            full: alloc_bf16(dev, height * width * c1.c)?,
+            t1: maps(level_max)?,
+            t2: maps(level_max)?,
+            sum: maps(level_max)?,
+            rcu: maps(level_max)?,
+            zoomed: maps(fused_max)?,
+            fused: maps(fused_max)?,
+            head1: maps(c1.len())?,
+            full: maps(height * width * c1.c)?,
             head2: if fused_end {
                 None
             } else {
-                Some(alloc_bf16(
-                    dev,
-                    height * width * output_conv2a.out_channels,
-                )?)
+                Some(maps(height * width * output_conv2a.out_channels)?)
             },
             cols: alloc_bf16(dev, cols)?,
         };
         Ok(Self {
             height,
             width,
+            batch,
             ph,
             pw,
             dim,
@@ -296,27 +313,41 @@ impl GpuDptHead {
         self.width
     }
 
+    /// Frames one [`Self::forward`] may take.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
     /// Tokens per frame the taps must hold: the special tokens, then the patch grid.
     pub fn tokens_per_frame(&self) -> usize {
         SPECIAL_TOKENS + self.ph * self.pw
     }
 
-    /// Depth `[H][W]` and confidence `[H][W]` (f32, activations applied) of one frame from its
-    /// four aggregator taps: `taps[i]` points at the frame's token 0, rows of `dim` f32 values
-    /// `tap_row_stride` elements apart; the patch tokens are rows `6 ..`.
+    /// Depth `[frames][H][W]` and confidence `[frames][H][W]` (f32, activations applied) of
+    /// `frames` frames (at most [`Self::batch`]) from their four aggregator taps: `taps[i]` points
+    /// at the first frame's token 0, rows of `dim` f32 values `taps.row_stride` elements apart,
+    /// each frame `taps.frame_stride` elements after the one before; the patch tokens are rows
+    /// `6 ..` of a frame.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &mut self,
         dev: &CudaDevice,
         gemm: &mut Gemm,
         head: &DptHead<Device>,
-        taps: [DevPtr<f32>; 4],
-        tap_row_stride: usize,
+        frames: usize,
+        taps: Taps,
         depth: DevPtr<f32>,
         conf: DevPtr<f32>,
     ) -> Result<()> {
+        if frames == 0 || frames > self.batch {
+            return Err(CudaError::Invalid(format!(
+                "DPT head: {frames} frames in a call; these buffers take 1 to {}",
+                self.batch
+            )));
+        }
         let (ph, pw) = (self.ph, self.pw);
         let np = ph * pw;
+        let n = frames;
         let s = &self.s;
         if head.norm.dim != self.dim || head.resize.len() != self.tiled_bias.len() {
             return Err(CudaError::Invalid(
@@ -327,14 +358,15 @@ impl GpuDptHead {
         let norm_weight = head.norm.weight.as_ref().ok_or_else(missing)?;
         let norm_bias = head.norm.bias.as_ref().ok_or_else(missing)?;
         let cols = DevPtr::of(&s.cols);
-        for (i, tap) in taps.iter().enumerate() {
+        for (i, tap) in taps.first.iter().enumerate() {
             let ln = DevPtr::of(&s.ln);
             conv::layer_norm_rows(
                 dev,
                 *tap,
-                tap_row_stride,
+                taps.row_stride,
                 SPECIAL_TOKENS,
                 np,
+                (n, taps.frame_stride),
                 self.dim,
                 DevPtr::of(norm_weight),
                 DevPtr::of(norm_bias),
@@ -342,13 +374,14 @@ impl GpuDptHead {
                 ln,
             )?;
             let proj = DevPtr::of(&s.proj);
-            let pd = head.projects[i].forward(dev, gemm, ln, ph, pw, false, cols, proj)?;
-            conv::add_uv(dev, proj, &self.uv_taps[i])?;
+            let pd = head.projects[i].forward(dev, gemm, ln, n, (ph, pw), false, cols, proj)?;
+            conv::add_uv(dev, proj, n, &self.uv_taps[i])?;
             let resized = DevPtr::of(&s.resized);
             let (src, d) = match (&head.resize[i], &self.tiled_bias[i]) {
                 (Resize::Up(t), Some(bias)) => {
                     let up = DevPtr::of(&s.up);
-                    let d = t.forward(dev, gemm, DevPtr::of(bias), proj, ph, pw, up, resized)?;
+                    let d =
+                        t.forward(dev, gemm, DevPtr::of(bias), proj, n, (ph, pw), up, resized)?;
                     (resized, d)
                 }
                 (Resize::Up(_), None) => {
@@ -358,7 +391,7 @@ impl GpuDptHead {
                 }
                 (Resize::Identity, _) => (proj, pd),
                 (Resize::Down(c), _) => {
-                    let d = c.forward(dev, gemm, proj, ph, pw, false, cols, resized)?;
+                    let d = c.forward(dev, gemm, proj, n, (ph, pw), false, cols, resized)?;
                     (resized, d)
                 }
             };
@@ -366,8 +399,8 @@ impl GpuDptHead {
                 dev,
                 gemm,
                 src,
-                d.h,
-                d.w,
+                n,
+                (d.h, d.w),
                 false,
                 cols,
                 DevPtr::of(&s.levels[i]),
@@ -391,7 +424,7 @@ impl GpuDptHead {
             let x = match (&block.unit1, r) {
                 (Some(unit1), 0..=2) => {
                     let sum = DevPtr::of(&s.sum);
-                    rcu(dev, gemm, unit1, level, d, cols, s, Some(fused), sum)?;
+                    rcu(dev, gemm, unit1, level, (n, d), cols, s, Some(fused), sum)?;
                     sum
                 }
                 (None, 3) => level,
@@ -403,24 +436,25 @@ impl GpuDptHead {
                 }
             };
             let y = DevPtr::of(&s.rcu);
-            rcu(dev, gemm, &block.unit2, x, d, cols, s, None, y)?;
+            rcu(dev, gemm, &block.unit2, x, (n, d), cols, s, None, y)?;
             let zoomed = DevPtr::of(&s.zoomed);
-            conv::bilinear(dev, y, d, target, None, zoomed)?;
+            conv::bilinear(dev, y, d, n, target, None, zoomed)?;
             block
                 .out_conv
-                .forward(dev, gemm, zoomed, target.0, target.1, false, cols, fused)?;
+                .forward(dev, gemm, zoomed, n, target, false, cols, fused)?;
         }
 
         let (fh, fw) = (2 * l0.h, 2 * l0.w);
         let head1 = DevPtr::of(&s.head1);
         let c1 = head
             .output_conv1
-            .forward(dev, gemm, fused, fh, fw, false, cols, head1)?;
+            .forward(dev, gemm, fused, n, (fh, fw), false, cols, head1)?;
         let full = DevPtr::of(&s.full);
         conv::bilinear(
             dev,
             head1,
             c1,
+            n,
             (self.height, self.width),
             Some(&self.uv_full),
             full,
@@ -441,8 +475,8 @@ impl GpuDptHead {
                 dev,
                 &head.output_conv2a,
                 full,
-                h,
-                w,
+                n,
+                (h, w),
                 out_weight,
                 out_bias,
                 depth,
@@ -451,27 +485,38 @@ impl GpuDptHead {
         };
         let c2 = head
             .output_conv2a
-            .forward(dev, gemm, full, h, w, false, cols, head2)?;
-        conv::output_head(dev, head2, h * w, c2.c, out_weight, out_bias, depth, conf)
+            .forward(dev, gemm, full, n, (h, w), false, cols, head2)?;
+        conv::output_head(
+            dev,
+            head2,
+            n * h * w,
+            c2.c,
+            out_weight,
+            out_bias,
+            depth,
+            conf,
+        )
     }
 }
 
-/// `out = conv2(relu(conv1(relu(x)))) + relu(x) (+ extra)` at dims `d`, through `s.t1`/`s.t2`.
+/// `out = conv2(relu(conv1(relu(x)))) + relu(x) (+ extra)` on `frames` maps of dims `d`, through
+/// `s.t1`/`s.t2`.
 #[allow(clippy::too_many_arguments)]
 fn rcu(
     dev: &CudaDevice,
     gemm: &mut Gemm,
     unit: &ResidualConvUnit<Device>,
     x: DevPtr<bf16>,
-    d: Nhwc,
+    (frames, d): (usize, Nhwc),
     cols: DevPtr<bf16>,
     s: &Scratch,
     extra: Option<DevPtr<bf16>>,
     out: DevPtr<bf16>,
 ) -> Result<()> {
     let (t1, t2) = (DevPtr::of(&s.t1), DevPtr::of(&s.t2));
-    unit.conv1.forward(dev, gemm, x, d.h, d.w, true, cols, t1)?;
+    unit.conv1
+        .forward(dev, gemm, x, frames, (d.h, d.w), true, cols, t1)?;
     unit.conv2
-        .forward(dev, gemm, t1, d.h, d.w, true, cols, t2)?;
-    conv::add(dev, out, t2, x, extra, d.len(), true)
+        .forward(dev, gemm, t1, frames, (d.h, d.w), true, cols, t2)?;
+    conv::add(dev, out, t2, x, extra, frames * d.len(), true)
 }

@@ -106,7 +106,9 @@ impl Nhwc {
 }
 
 /// LayerNorm of `rows` rows of `dim` f32 values, the first at row `first_row` of `x` (row stride
-/// `row_stride` elements), into dense bf16 `y [rows][dim]`; weight and bias f32 `[dim]`.
+/// `row_stride` elements), into dense bf16 `y [rows][dim]`; weight and bias f32 `[dim]`. With
+/// `frames` > 1 the same rows of each frame, frame f's `x` starting `f * frame_stride` elements
+/// in, go to `y [frames][rows][dim]`.
 #[allow(clippy::too_many_arguments)]
 pub fn layer_norm_rows(
     dev: &CudaDevice,
@@ -114,13 +116,14 @@ pub fn layer_norm_rows(
     row_stride: usize,
     first_row: usize,
     rows: usize,
+    (frames, frame_stride): (usize, usize),
     dim: usize,
     weight: DevPtr<f32>,
     bias: DevPtr<f32>,
     eps: f32,
     y: DevPtr<bf16>,
 ) -> Result<()> {
-    if rows == 0 {
+    if rows == 0 || frames == 0 {
         return Ok(());
     }
     if row_stride < dim {
@@ -128,13 +131,20 @@ pub fn layer_norm_rows(
             "layer_norm_rows: row stride {row_stride} < width {dim}"
         )));
     }
+    if frames > 1 && frame_stride < (first_row + rows - 1) * row_stride + dim {
+        return Err(invalid(format!(
+            "layer_norm_rows: frames {frame_stride} values apart overlap rows {first_row}..{} \
+             of {row_stride} values",
+            first_row + rows
+        )));
+    }
     x.check_len(
-        (first_row + rows - 1) * row_stride + dim,
+        (frames - 1) * frame_stride + (first_row + rows - 1) * row_stride + dim,
         "layer_norm_rows input",
     )?;
     weight.check_len(dim, "layer_norm_rows weight")?;
     bias.check_len(dim, "layer_norm_rows bias")?;
-    y.check_len(rows * dim, "layer_norm_rows output")?;
+    y.check_len(frames * rows * dim, "layer_norm_rows output")?;
     // The kernel holds eight values a thread and loads them as two 16-byte vectors.
     if dim == 0 || !dim.is_multiple_of(8) || dim > 8 * LAYER_NORM_MAX_THREADS {
         return Err(invalid(format!(
@@ -142,25 +152,31 @@ pub fn layer_norm_rows(
             8 * LAYER_NORM_MAX_THREADS
         )));
     }
-    if !row_stride.is_multiple_of(4) || !x.addr().is_multiple_of(16) {
+    if !row_stride.is_multiple_of(4)
+        || !frame_stride.is_multiple_of(4)
+        || !x.addr().is_multiple_of(16)
+    {
         return Err(invalid(format!(
-            "layer_norm_rows: rows must start on 16 bytes (row stride {row_stride} values)"
+            "layer_norm_rows: rows must start on 16 bytes (row stride {row_stride}, frame \
+             stride {frame_stride} values)"
         )));
     }
     let f = dev.kernels.get("dpt_layernorm_rows")?;
     let (xa, wa, ba, ya) = (x.addr(), weight.addr(), bias.addr(), y.addr());
     let stride = row_stride as u64;
+    let frame_stride = frame_stride as u64;
     let first = as_u32(first_row, "first_row")?;
     let dim32 = as_u32(dim, "dim")?;
     let threads = (dim / 8).next_multiple_of(32) as u32;
     let cfg = LaunchConfig {
-        grid_dim: (as_u32(rows, "rows")?, 1, 1),
+        grid_dim: (as_u32(rows, "rows")?, as_u32(frames, "frames")?, 1),
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
     let mut b = dev.stream.launch_builder(f);
     b.arg(&xa)
         .arg(&stride)
+        .arg(&frame_stride)
         .arg(&first)
         .arg(&dim32)
         .arg(&wa)
@@ -234,10 +250,11 @@ impl UvTable {
     }
 }
 
-/// `x [h][w][c] += the UV embedding` (`uv`'s dims), rounded to bf16 once.
-pub fn add_uv(dev: &CudaDevice, x: DevPtr<bf16>, uv: &UvTable) -> Result<()> {
+/// `x [frames][h][w][c] += the UV embedding` (`uv`'s dims, the same for every frame), rounded
+/// to bf16 once.
+pub fn add_uv(dev: &CudaDevice, x: DevPtr<bf16>, frames: usize, uv: &UvTable) -> Result<()> {
     let d = uv.dims;
-    x.check_len(d.len(), "add_uv map")?;
+    x.check_len(frames * d.len(), "add_uv map")?;
     let f = dev.kernels.get("dpt_add_uv")?;
     let (xa, ca, ra) = (
         x.addr(),
@@ -245,11 +262,12 @@ pub fn add_uv(dev: &CudaDevice, x: DevPtr<bf16>, uv: &UvTable) -> Result<()> {
         DevPtr::of(&uv.rows).addr(),
     );
     let (h, w, c) = (as_u32(d.h, "h")?, as_u32(d.w, "w")?, as_u32(d.c, "c")?);
+    let n = as_u32(frames, "frames")?;
     let mut b = dev.stream.launch_builder(f);
-    b.arg(&xa).arg(&ca).arg(&ra).arg(&h).arg(&w).arg(&c);
+    b.arg(&xa).arg(&ca).arg(&ra).arg(&n).arg(&h).arg(&w).arg(&c);
     // SAFETY: arguments match dpt_add_uv; the map's length checked, the halves are the table's
     // own ([w][c/2] and [h][c/2], c % 16 == 0).
-    unsafe { b.launch(grid_stride((d.len() / 8) as u64)) }?;
+    unsafe { b.launch(grid_stride((frames * d.len() / 8) as u64)) }?;
     Ok(())
 }
 
@@ -258,13 +276,15 @@ pub fn conv3x3_out(len: usize, stride: usize) -> usize {
     (len + 2 - 3) / stride + 1
 }
 
-/// im2col of a 3x3, padding-1 convolution over `x` (dims `inp`) for output rows
-/// `row0 .. row0 + rows`: `cols [rows * ow][3][3][cin]`, the input rectified when `relu`.
+/// im2col of a 3x3, padding-1 convolution over `x` (`frames` maps of dims `inp`, back to back)
+/// for output rows `row0 .. row0 + rows` of the frames' outputs in turn (row r is row `r % oh`
+/// of frame `r / oh`): `cols [rows * ow][3][3][cin]`, the input rectified when `relu`.
 #[allow(clippy::too_many_arguments)]
 pub fn im2col3x3(
     dev: &CudaDevice,
     x: DevPtr<bf16>,
     inp: Nhwc,
+    frames: usize,
     stride: usize,
     row0: usize,
     rows: usize,
@@ -276,13 +296,13 @@ pub fn im2col3x3(
         return Err(invalid(format!("im2col3x3: stride {stride} on {inp:?}")));
     }
     let (oh, ow) = (conv3x3_out(inp.h, stride), conv3x3_out(inp.w, stride));
-    if row0 + rows > oh {
+    if row0 + rows > frames * oh {
         return Err(invalid(format!(
-            "im2col3x3: rows {row0}..{} of {oh}",
+            "im2col3x3: rows {row0}..{} of {frames} x {oh}",
             row0 + rows
         )));
     }
-    x.check_len(inp.len(), "im2col3x3 input")?;
+    x.check_len(frames * inp.len(), "im2col3x3 input")?;
     let n = rows * ow * 9 * inp.c;
     cols.check_len(n, "im2col3x3 columns")?;
     // One thread per output pixel and 8 channels, all nine taps.
@@ -347,12 +367,14 @@ pub fn pixel_shuffle(
     Ok(())
 }
 
-/// Bilinear resize with align_corners=True of `x` (dims `inp`) to `oh x ow`, plus the UV
-/// embedding `uv` of the output map when given (added before the one rounding to bf16).
+/// Bilinear resize with align_corners=True of `x` (`frames` maps of dims `inp`, back to back)
+/// to `oh x ow` each, plus the UV embedding `uv` of the output map when given (added before the
+/// one rounding to bf16).
 pub fn bilinear(
     dev: &CudaDevice,
     x: DevPtr<bf16>,
     inp: Nhwc,
+    frames: usize,
     (oh, ow): (usize, usize),
     uv: Option<&UvTable>,
     y: DevPtr<bf16>,
@@ -361,9 +383,9 @@ pub fn bilinear(
     if inp.h == 0 || inp.w == 0 {
         return Err(invalid(format!("bilinear: empty input {inp:?}")));
     }
-    let n = oh * ow * inp.c;
+    let n = frames * oh * ow * inp.c;
     let threads = index32(n / 8, "bilinear")?;
-    x.check_len(inp.len(), "bilinear input")?;
+    x.check_len(frames * inp.len(), "bilinear input")?;
     y.check_len(n, "bilinear output")?;
     if let Some(t) = uv {
         t.check(Nhwc::new(oh, ow, inp.c), "bilinear")?;
@@ -379,8 +401,10 @@ pub fn bilinear(
         as_u32(inp.c, "c")?,
     );
     let (oh32, ow32) = (as_u32(oh, "oh")?, as_u32(ow, "ow")?);
+    let n32 = as_u32(frames, "frames")?;
     let mut b = dev.stream.launch_builder(f);
     b.arg(&xa)
+        .arg(&n32)
         .arg(&ih)
         .arg(&iw)
         .arg(&c)
@@ -522,24 +546,25 @@ impl DeviceConv {
         }
     }
 
-    /// `y = conv(relu(x) if relu_input else x)`; x `[h][w][cin]`, y `[oh][ow][cout]`. A 3x3 conv
-    /// goes through `cols` in as many output-row chunks as its length requires.
+    /// `y = conv(relu(x) if relu_input else x)` of each of `frames` maps; x `[frames][h][w][cin]`,
+    /// y `[frames][oh][ow][cout]`. A 3x3 conv goes through `cols` in as many output-row chunks as
+    /// its length requires (the rows of all frames, in turn); a call's frames share its GEMMs.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         dev: &CudaDevice,
         gemm: &mut Gemm,
         x: DevPtr<bf16>,
-        h: usize,
-        w: usize,
+        frames: usize,
+        (h, w): (usize, usize),
         relu_input: bool,
         cols: DevPtr<bf16>,
         y: DevPtr<bf16>,
     ) -> Result<Nhwc> {
         let inp = Nhwc::new(h, w, self.in_channels);
         let out = self.out_dims(h, w);
-        x.check_len(inp.len(), "conv input")?;
-        y.check_len(out.len(), "conv output")?;
+        x.check_len(frames * inp.len(), "conv input")?;
+        y.check_len(frames * out.len(), "conv output")?;
         let weight = DevPtr::of(&self.weight);
         let bias = self.bias.as_ref().map(|b| DevPtr::of(&b.bf16));
         let epilogue = if bias.is_some() {
@@ -559,7 +584,7 @@ impl DeviceConv {
                 weight,
                 bias,
                 y,
-                out.pixels(),
+                frames * out.pixels(),
                 self.out_channels,
                 self.in_channels,
                 epilogue,
@@ -567,7 +592,8 @@ impl DeviceConv {
             return Ok(out);
         }
         let per_row = self.cols_per_row(w);
-        let rows_per_chunk = (cols.len() / per_row).min(out.h);
+        let out_rows = frames * out.h;
+        let rows_per_chunk = (cols.len() / per_row).min(out_rows);
         if rows_per_chunk == 0 {
             return Err(invalid(format!(
                 "conv column buffer of {} elements is smaller than one output row ({per_row})",
@@ -576,10 +602,10 @@ impl DeviceConv {
         }
         let kk = 9 * self.in_channels;
         let mut r0 = 0;
-        while r0 < out.h {
-            let nr = rows_per_chunk.min(out.h - r0);
+        while r0 < out_rows {
+            let nr = rows_per_chunk.min(out_rows - r0);
             let m = nr * out.w;
-            im2col3x3(dev, x, inp, self.stride, r0, nr, relu_input, cols)?;
+            im2col3x3(dev, x, inp, frames, self.stride, r0, nr, relu_input, cols)?;
             gemm.linear(
                 dev,
                 cols.slice(0, m * kk)?,
@@ -633,7 +659,9 @@ impl DeviceConvTranspose {
         h * w * self.kernel * self.kernel * self.out_channels
     }
 
-    /// `y [h*k][w*k][cout] = convT(x [h][w][cin])`, through `tmp` (see [`Self::tmp_for`]).
+    /// `y [h*k][w*k][cout] = convT(x [h][w][cin])` for each of `frames` maps back to back,
+    /// through `tmp` (`frames` times [`Self::tmp_for`]). With kernel == stride no output pixel
+    /// has two sources, so the frames are one map `frames * h` rows high.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -641,20 +669,20 @@ impl DeviceConvTranspose {
         gemm: &mut Gemm,
         tiled_bias: DevPtr<bf16>,
         x: DevPtr<bf16>,
-        h: usize,
-        w: usize,
+        frames: usize,
+        (h, w): (usize, usize),
         tmp: DevPtr<bf16>,
         y: DevPtr<bf16>,
     ) -> Result<Nhwc> {
         let n = self.kernel * self.kernel * self.out_channels;
-        let tmp = tmp.slice(0, self.tmp_for(h, w))?;
+        let tmp = tmp.slice(0, frames * self.tmp_for(h, w))?;
         gemm.linear(
             dev,
             x,
             DevPtr::of(&self.weight),
             Some(tiled_bias),
             tmp,
-            h * w,
+            frames * h * w,
             n,
             self.in_channels,
             Epilogue::Bias,
@@ -662,7 +690,7 @@ impl DeviceConvTranspose {
         pixel_shuffle(
             dev,
             tmp,
-            Nhwc::new(h, w, self.in_channels),
+            Nhwc::new(frames * h, w, self.in_channels),
             self.kernel,
             self.out_channels,
             y,

@@ -54,15 +54,16 @@ pub fn fuses(conv: &DeviceConv, arch: u32) -> bool {
         && entry(conv.in_channels).is_some()
 }
 
-/// `depth`, `conf` (`h * w` f32 each) from `x` (`[h][w][cin]` bf16): `conv` (see [`fuses`]),
-/// ReLU, the 1x1 convolution `head_weight` (f32 `[2][32]`) + `head_bias` (f32 `[2]`), exp.
+/// `depth`, `conf` (`frames * h * w` f32 each) from `x` (`[frames][h][w][cin]` bf16): `conv`
+/// (see [`fuses`]), ReLU, the 1x1 convolution `head_weight` (f32 `[2][32]`) + `head_bias` (f32
+/// `[2]`), exp; one launch for all the frames.
 #[allow(clippy::too_many_arguments)]
 pub fn output_conv_head(
     dev: &CudaDevice,
     conv: &DeviceConv,
     x: DevPtr<bf16>,
-    h: usize,
-    w: usize,
+    frames: usize,
+    (h, w): (usize, usize),
     head_weight: DevPtr<f32>,
     head_bias: DevPtr<f32>,
     depth: DevPtr<f32>,
@@ -85,9 +86,9 @@ pub fn output_conv_head(
         return Err(invalid("the convolution has no bias".into()));
     };
     let cin = conv.in_channels;
-    let pixels = h * w;
+    let pixels = frames * h * w;
     if pixels == 0 {
-        return Err(invalid(format!("empty {h} x {w} map")));
+        return Err(invalid(format!("empty {frames} x {h} x {w} maps")));
     }
     x.check_len(pixels * cin, "fused output conv input")?;
     DevPtr::of(&conv.weight).check_len(COUT * 9 * cin, "fused output conv weight")?;
@@ -96,11 +97,12 @@ pub fn output_conv_head(
     head_bias.check_len(2, "fused output conv 1x1 bias")?;
     depth.check_len(pixels, "depth map")?;
     conf.check_len(pixels, "confidence map")?;
-    let (h32, w32) = (
+    let (n32, h32, w32) = (
+        u32::try_from(frames).map_err(|_| invalid(format!("{frames} frames")))?,
         u32::try_from(h).map_err(|_| invalid(format!("height {h}")))?,
         u32::try_from(w).map_err(|_| invalid(format!("width {w}")))?,
     );
-    u32::try_from(pixels * cin).map_err(|_| invalid(format!("{h} x {w} x {cin} elements")))?;
+    u32::try_from(h * w * cin).map_err(|_| invalid(format!("{h} x {w} x {cin} elements")))?;
 
     let name = entry(cin).ok_or_else(|| invalid(format!("{cin} input channels")))?;
     let f = dev.kernels.get(name)?;
@@ -110,7 +112,8 @@ pub fn output_conv_head(
         smem as i32,
     )?;
     // Persistent CTAs: as many as are resident, never more than there are tiles.
-    let tiles = h.div_ceil(TILE_H) * w.div_ceil(TILE_W);
+    let tiles = frames * h.div_ceil(TILE_H) * w.div_ceil(TILE_W);
+    u32::try_from(tiles).map_err(|_| invalid(format!("{tiles} tiles")))?;
     let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None)?;
     let resident = (per_sm.max(1) * dev.info.sm_count.max(1)) as usize;
     let cfg = LaunchConfig {
@@ -129,6 +132,7 @@ pub fn output_conv_head(
     );
     let mut b = dev.stream.launch_builder(f);
     b.arg(&xa)
+        .arg(&n32)
         .arg(&h32)
         .arg(&w32)
         .arg(&wa)

@@ -6,6 +6,7 @@ use super::device_io::copy_dtod;
 use super::*;
 use crate::backend::cuda::FrameScalar;
 use crate::backend::cuda::ops::RowCopy;
+use crate::gpu_model::dpt_head::Taps;
 
 /// The two halves of the main stream's work, each its own graph: the front's next call may wait
 /// for the end of the first.
@@ -243,24 +244,31 @@ impl GpuSession {
             mark("camera_head")?;
         }
 
-        // Depth head per frame.
-        for f in 0..s {
-            let frame_taps: Vec<DevPtr<f32>> = b
+        // Depth head: a call's frames in batches (both frames of a two-frame step at once).
+        let batch = self.dpt.batch();
+        let frame_stride = sh.tokens * 2 * c;
+        for f0 in (0..s).step_by(batch) {
+            let n = batch.min(s - f0);
+            let first: Vec<DevPtr<f32>> = b
                 .taps
                 .iter()
-                .map(|t| t.slice(f * sh.tokens * 2 * c, sh.tokens * 2 * c))
+                .map(|t| t.slice(f0 * frame_stride, n * frame_stride))
                 .collect::<Result<_, _>>()?;
-            let frame_taps: [DevPtr<f32>; 4] = frame_taps
+            let first: [DevPtr<f32>; 4] = first
                 .try_into()
                 .map_err(|_| CudaError::Invalid("the depth head takes exactly 4 taps".into()))?;
             self.dpt.forward(
                 dev,
                 &mut self.gemm,
                 model.depth_head(),
-                frame_taps,
-                2 * c,
-                b.depth.slice(f * plane, plane)?,
-                b.conf.slice(f * plane, plane)?,
+                n,
+                Taps {
+                    first,
+                    row_stride: 2 * c,
+                    frame_stride,
+                },
+                b.depth.slice(f0 * plane, n * plane)?,
+                b.conf.slice(f0 * plane, n * plane)?,
             )?;
         }
         // The points need the poses: join the side stream back.

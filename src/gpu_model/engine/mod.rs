@@ -503,7 +503,14 @@ impl GpuSession {
             shape.max_call,
             sc.max_frames,
         )?;
-        let dpt = GpuDptHead::new(&dev, model.weights.depth_head(), sc.height, sc.width)?;
+        // Batches of a two-frame step's frames (larger calls, the scale frames, go in turn).
+        let dpt = GpuDptHead::new(
+            &dev,
+            model.weights.depth_head(),
+            sc.height,
+            sc.width,
+            STREAMING_CALL_FRAMES,
+        )?;
         let compactor = PointCompactor::new(&dev, sc.height, sc.width)?;
         let dino_pos_host = model
             .weights
