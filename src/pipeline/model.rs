@@ -218,7 +218,10 @@ pub trait ModelSession: Send {
     /// out as it would streamed alone. The default submits the frames as two one-frame calls
     /// (so a backend without a two-frame step gives exactly its one-frame results); a backend
     /// that runs both in one call returns [`PairSubmitted::Together`]. Counts as one call in
-    /// flight; two calls returned may exceed [`Self::max_in_flight`] by one.
+    /// flight: the pipeline submits it with fewer than [`Self::max_in_flight`] calls in flight,
+    /// so two calls (the default's, or a fallback's) may pass that limit by one. A backend that
+    /// queues calls and keeps this default must take that one call more, as the GPU's spare
+    /// slot does.
     fn submit_pair(
         &mut self,
         images: CallImages<'_>,
