@@ -209,8 +209,8 @@ impl ModelSession for GpuModelSession {
             Ok(2) => {
                 PairSubmitted::Apart([queued(Ok(Submitted::Queued)), queued(Ok(Submitted::Queued))])
             }
-            // The engine queues 1 or 2; anything else is its bug, said as an error (whatever it
-            // queued then comes out as a mismatch the pipeline reports, never as a panic).
+            // The engine queues 1 or 2 calls; any other count is its bug, reported as an error
+            // rather than guessed at.
             Ok(calls) => PairSubmitted::Together(queued(Err(ModelError::BadInput(format!(
                 "the engine queued {calls} calls for a two-frame step, expected 1 or 2"
             ))))),

@@ -13,8 +13,8 @@ pub enum PipelineError {
     KeyframeBudget(#[from] BudgetTooSmall),
     #[error(
         "two frames a step are for file sources (image folders, videos, the synthetic room \
-         unpaced); the input ({0}) is live: its frames come one at a time, and holding one for the next \
-         would add a frame of latency to every result"
+         unpaced); the input ({0}) is live: its frames come one at a time, and holding one \
+         for the next would add a frame of latency to every result"
     )]
     PairsNeedFileSource(String),
     #[error("cannot start the {0} thread: {1}")]

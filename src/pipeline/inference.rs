@@ -66,7 +66,7 @@ struct Call {
     frames: Vec<Decided>,
     /// The cache as the call left it, when the backend gave it at submission
     /// ([`super::model::PairCall::cache`]); else it is taken when the call completes.
-    cache: Option<CacheSnapshot>,
+    cache: Option<Box<CacheSnapshot>>,
 }
 
 pub(crate) struct Inference {
@@ -468,7 +468,8 @@ impl Inference {
         // which stays below the next frame's index, so ids keep increasing.
         let first = frames[0].frame.index;
         let ids = first..first + n as u64;
-        // A call of several frames is the scale call (all keyframes) or one streaming frame.
+        // A call here is the scale call (all keyframes) or one streaming frame: its first
+        // frame's kind is the call's.
         let keyframe = frames[0].frame_type != FrameType::NonKeyframe;
         let submitted = with_images(&frames, |images| {
             session.model.submit(images, ids, keyframe)
@@ -644,7 +645,7 @@ impl Inference {
             }
         };
         session.first_results_out = true;
-        let cache = cache.unwrap_or_else(|| session.model.cache_snapshot());
+        let cache = cache.map_or_else(|| session.model.cache_snapshot(), |c| *c);
         let model_rgb = step.model_rgb.take();
         let mut inputs = Vec::with_capacity(n);
         let mut received = Vec::with_capacity(n);

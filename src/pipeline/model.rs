@@ -133,7 +133,7 @@ pub struct PairCall {
     /// runs as two calls returns after both, so the first frame's view of the cache would be
     /// gone by the time its results are built. None: the pipeline takes it when the call
     /// finishes, as for any call.
-    pub cache: Option<CacheSnapshot>,
+    pub cache: Option<Box<CacheSnapshot>>,
 }
 
 /// What [`ModelSession::submit_pair`] did with its two frames.
@@ -241,7 +241,7 @@ pub trait ModelSession: Send {
             let submitted = self.submit(images, frames[i]..frames[i] + 1, keyframes[i]);
             // Taken now: the second call moves the cache on before the first one's results
             // are built.
-            let cache = submitted.is_ok().then(|| self.cache_snapshot());
+            let cache = submitted.is_ok().then(|| Box::new(self.cache_snapshot()));
             PairCall { submitted, cache }
         };
         let first = call(first, 0);
