@@ -112,6 +112,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             },
         )?,
     )?;
+    stream_args::check_frames_per_step(&config, source.as_ref())?;
     let model = load_model(&args)?;
     // Refuse a keyframe budget the model cannot hold before anything is written.
     let limits = model.limits();

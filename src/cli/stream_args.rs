@@ -13,7 +13,7 @@ use crate::capture::{
 };
 use crate::pipeline::keyframe::TRAINED_VIEWS;
 use crate::pipeline::{
-    KeyframePolicy, KeyframeRule, ModelLimits, OnBudget, PipelineConfig, PointFilter,
+    FramesPerStep, KeyframePolicy, KeyframeRule, ModelLimits, OnBudget, PipelineConfig, PointFilter,
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -38,6 +38,11 @@ pub struct StreamArgs {
     /// temporal table).
     #[arg(long)]
     pub window: Option<usize>,
+    /// Streaming frames per model call: 1, or 2 (two frames through the model at once, each
+    /// attending to what it would see alone: a frame period more latency for fewer, fuller
+    /// calls). 2 is for file sources: folders, videos, the synthetic room unpaced.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub frames_per_step: u8,
 }
 
 /// Refuses a `--window` the model cannot hold before anything is written: its RoPE table
@@ -73,11 +78,14 @@ impl StreamArgs {
         if self.view_budget == 0 {
             bail!("--view-budget must be at least 1, got 0");
         }
+        let frames_per_step = FramesPerStep::try_from(usize::from(self.frames_per_step))
+            .map_err(|e| anyhow::anyhow!("--frames-per-step {}: {e}", self.frames_per_step))?;
         Ok(PipelineConfig {
             layout: self.attention,
             window: self.window,
             keyframes: self.keyframe_policy()?,
             points,
+            frames_per_step,
             ..PipelineConfig::default()
         })
     }
@@ -265,6 +273,13 @@ fn check_pace(fps: f64) -> anyhow::Result<f64> {
     }
 }
 
+/// Refuses two frames a step on a live input (a camera, `--pace`), before the model loads.
+pub fn check_frames_per_step(config: &PipelineConfig, source: &dyn Source) -> anyhow::Result<()> {
+    config
+        .check_source(source)
+        .with_context(|| format!("--frames-per-step {}", config.frames_per_step.count()))
+}
+
 /// Opens `--input`; a folder that cannot be read says what else `--input` takes.
 pub fn open_input(spec: &InputSpec, options: &SourceOptions) -> anyhow::Result<Box<dyn Source>> {
     let opened = open_source(spec, options);
@@ -303,6 +318,7 @@ pub fn session_config(
         "keyframe_interval": stream.keyframe_interval,
         "view_budget": stream.view_budget,
         "on_budget": stream.on_budget.to_string(),
+        "frames_per_step": stream.frames_per_step,
         "conf_threshold": points.min_confidence,
         "point_stride": points.stride,
     })
@@ -407,6 +423,30 @@ mod tests {
                 ..PointFilter::default()
             });
         assert!(stride_zero.is_err());
+    }
+
+    #[test]
+    fn frames_per_step_is_one_or_two() {
+        assert_eq!(
+            config(&[]).expect("default").frames_per_step,
+            FramesPerStep::One
+        );
+        assert_eq!(
+            config(&["--frames-per-step", "2"])
+                .expect("two")
+                .frames_per_step,
+            FramesPerStep::Two
+        );
+        for bad in ["0", "3", "two"] {
+            let err = parse(&["--frames-per-step", bad])
+                .err()
+                .expect("refused by clap")
+                .to_string();
+            assert!(
+                err.contains("--frames-per-step") && err.contains(bad),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -144,6 +144,7 @@ pub fn run(args: ViewArgs) -> anyhow::Result<()> {
             )?;
             let source = stream_args::open_input(&spec, &options)?;
             let config = pipeline_config(&args)?;
+            stream_args::check_frames_per_step(&config, source.as_ref())?;
             let label = source.describe();
             let recording = RecordingPlan {
                 dir: args.record_dir.clone(),

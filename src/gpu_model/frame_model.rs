@@ -10,7 +10,8 @@ use crate::model::weights::WeightStore;
 use crate::model::{ModelConfig, ModelError};
 use crate::pipeline::frame::PointFilter;
 use crate::pipeline::model::{
-    CallImages, FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions, Submitted,
+    CallImages, FrameModel, ModelLimits, ModelSession, ModelStep, PairCall, PairSubmitted,
+    SessionOptions, Submitted,
 };
 
 use super::engine::{
@@ -64,7 +65,31 @@ impl FrameModel for GpuFrameModel {
         width: usize,
         options: SessionOptions,
     ) -> Result<Box<dyn ModelSession>, ModelError> {
+        self.open_session(height, width, options, false)
+    }
+
+    fn start_pair_session(
+        &self,
+        height: usize,
+        width: usize,
+        options: SessionOptions,
+    ) -> Result<Box<dyn ModelSession>, ModelError> {
+        self.open_session(height, width, options, true)
+    }
+}
+
+impl GpuFrameModel {
+    /// A session; `pair_steps`: its warm-up also tunes and captures the two-frame steps, so the
+    /// first pairs of the stream do not pay for them.
+    fn open_session(
+        &self,
+        height: usize,
+        width: usize,
+        options: SessionOptions,
+        pair_steps: bool,
+    ) -> Result<Box<dyn ModelSession>, ModelError> {
         let mut sc = SessionConfig::new(height, width);
+        sc.pair_steps = pair_steps;
         sc.window = options.window;
         // A stream can never commit more frames than the 3D RoPE table is long, so the special
         // pool and the camera cache need no more: about 7.4 GiB of KV at 518x378 for 1024 frames
@@ -161,6 +186,41 @@ impl ModelSession for GpuModelSession {
         };
         self.session.submit(images, frames, keyframe)?;
         Ok(Submitted::Queued)
+    }
+
+    fn submit_pair(
+        &mut self,
+        images: CallImages<'_>,
+        frames: [u64; 2],
+        keyframes: [bool; 2],
+    ) -> PairSubmitted {
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let images = match images {
+            CallImages::Preprocessed(values) => StepImages::Model(values),
+            CallImages::Decoded(decoded) => StepImages::Rgb8(decoded),
+        };
+        let queued = |submitted| PairCall {
+            submitted,
+            cache: None,
+        };
+        let before = self.session.in_flight();
+        match self.session.submit_pair(images, frames, keyframes) {
+            Ok(1) => PairSubmitted::Together(queued(Ok(Submitted::Queued))),
+            Ok(2) => {
+                PairSubmitted::Apart([queued(Ok(Submitted::Queued)), queued(Ok(Submitted::Queued))])
+            }
+            // The engine queues 1 or 2 calls; any other count is its bug, reported as an error
+            // rather than guessed at.
+            Ok(calls) => PairSubmitted::Together(queued(Err(ModelError::BadInput(format!(
+                "the engine queued {calls} calls for a two-frame step, expected 1 or 2"
+            ))))),
+            // A fallback whose second call failed leaves the first queued: its frame has its
+            // outputs coming, only the second frame failed.
+            Err(e) if self.session.in_flight() == before + 1 => {
+                PairSubmitted::Apart([queued(Ok(Submitted::Queued)), queued(Err(e.into()))])
+            }
+            Err(e) => PairSubmitted::Together(queued(Err(e.into()))),
+        }
     }
 
     fn finish(&mut self) -> Result<ModelStep, ModelError> {

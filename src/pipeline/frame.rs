@@ -57,15 +57,17 @@ pub fn camera_from_world(world_from_camera: Mat4) -> Mat4 {
 
 pub(crate) struct CallContext<'a> {
     pub step: &'a ModelStep,
-    pub frame_type: FrameType,
+    /// Each frame's kind: a two-frame step may hold a keyframe and a non-keyframe.
+    pub frame_types: &'a [FrameType],
     pub cache: CacheSnapshot,
     pub filter: PointFilter,
     /// The frames' model input as 8-bit RGB, when the backend preprocessed them.
     pub model_rgb: Option<Vec<RgbImage>>,
 }
 
-/// Results of every frame of a call, in order. A multi-frame call (the scale frames) shares
-/// its model time equally among its frames, and its cache events go with its first frame.
+/// Results of every frame of a call, in order. A multi-frame call (the scale frames, a
+/// two-frame step) shares its model time equally among its frames, and its cache events go with
+/// its first frame.
 pub(crate) fn build_results(
     ctx: CallContext<'_>,
     inputs: Vec<InputFrame>,
@@ -128,7 +130,7 @@ pub(crate) fn build_results(
         out.push(FrameResult {
             frame: input.index,
             origin: input.origin,
-            frame_type: ctx.frame_type,
+            frame_type: ctx.frame_types[f],
             world_from_camera,
             camera_from_world: camera_from_world(world_from_camera),
             intrinsics: Intrinsics {

@@ -204,6 +204,13 @@ impl KeyframeScheduler {
         }
     }
 
+    /// Decide for a frame that runs after `keyframes_ahead` keyframes decided but not run yet
+    /// (a frame held for a two-frame step): they will have been committed by the time this
+    /// frame runs, so counting them gives the decision the frame would get streamed alone.
+    pub fn decide_after(&mut self, committed: u64, keyframes_ahead: u64) -> Decision {
+        self.decide(committed + keyframes_ahead)
+    }
+
     /// Decide for the next frame given the cache's committed count.
     pub fn decide(&mut self, committed: u64) -> Decision {
         if committed >= self.budget {
@@ -300,6 +307,68 @@ mod tests {
         let (decisions, committed) = run(s, 70, 2);
         assert_eq!(committed, 63);
         assert_eq!(decisions[61], Decision::Reset);
+    }
+
+    /// Frames decided two at a time, the second ahead of the first's commit (as the inference
+    /// thread holds one for a two-frame step), get the decisions they get one at a time.
+    fn run_in_pairs(mut s: KeyframeScheduler, frames: u64, scale: u64) -> (Vec<Decision>, u64) {
+        let mut committed = scale;
+        let mut out = Vec::new();
+        let mut held = Vec::new();
+        for _ in 0..frames {
+            let ahead = held.iter().filter(|d| **d == Decision::Keyframe).count() as u64;
+            let d = s.decide_after(committed, ahead);
+            held.push(d);
+            // A pair runs, or a Reset splits it (the held frame runs alone).
+            if held.len() == 2 || d == Decision::Reset {
+                committed += held.iter().filter(|d| **d == Decision::Keyframe).count() as u64;
+                out.append(&mut held);
+            }
+        }
+        // An odd last frame runs alone.
+        committed += held.iter().filter(|d| **d == Decision::Keyframe).count() as u64;
+        out.append(&mut held);
+        (out, committed)
+    }
+
+    #[test]
+    fn pairs_are_decided_as_single_frames() {
+        let policies = [
+            (KeyframeRule::Fixed { interval: 1 }, OnBudget::Freeze, 40),
+            (KeyframeRule::Fixed { interval: 2 }, OnBudget::Freeze, 40),
+            (KeyframeRule::Fixed { interval: 3 }, OnBudget::Reset, 30),
+            (
+                KeyframeRule::Adaptive { base_interval: 1 },
+                OnBudget::Freeze,
+                40,
+            ),
+            (
+                KeyframeRule::Adaptive { base_interval: 1 },
+                OnBudget::Reset,
+                320,
+            ),
+        ];
+        for (rule, on_budget, view_budget) in policies {
+            let policy = KeyframePolicy {
+                rule,
+                view_budget,
+                on_budget,
+            };
+            let new = || KeyframeScheduler::new(policy, 2, 1024).unwrap();
+            for frames in [1, 2, 7, 120, 2001] {
+                let single = run(new(), frames, 2);
+                let paired = run_in_pairs(new(), frames, 2);
+                assert_eq!(paired, single, "{policy:?}, {frames} frames");
+            }
+            // The mixed pairs a two-frame step must handle all occur.
+            if rule == (KeyframeRule::Fixed { interval: 3 }) {
+                let (d, _) = run(new(), 12, 2);
+                let pairs: Vec<_> = d.chunks(2).map(|p| (p[0], p[1])).collect();
+                assert!(pairs.contains(&(Decision::Keyframe, Decision::NonKeyframe)));
+                assert!(pairs.contains(&(Decision::NonKeyframe, Decision::Keyframe)));
+                assert!(pairs.contains(&(Decision::NonKeyframe, Decision::NonKeyframe)));
+            }
+        }
     }
 
     #[test]

@@ -32,8 +32,8 @@ pub use error::PipelineError;
 pub use frame::PointFilter;
 pub use keyframe::{KeyframePolicy, KeyframeRule, KeyframeScheduler, OnBudget};
 pub use model::{
-    CallImages, CpuFrameModel, FrameModel, ModelLimits, ModelSession, ModelStep, SessionOptions,
-    Submitted,
+    CallImages, CpuFrameModel, FrameModel, ModelLimits, ModelSession, ModelStep, PairCall,
+    PairSubmitted, SessionOptions, Submitted,
 };
 pub use summary::PipelineSummary;
 
@@ -54,6 +54,45 @@ pub struct PipelineConfig {
     pub max_frames: Option<u64>,
     /// Frames a non-live source may queue ahead of inference (live sources queue one).
     pub queue: usize,
+    /// Streaming frames per model call: two a step trade a frame of latency for fewer, fuller
+    /// calls (file sources only; see [`PipelineConfig::check_source`]).
+    pub frames_per_step: FramesPerStep,
+}
+
+/// How many streaming frames go into one model call (after the scale frames, which are one
+/// call of their own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FramesPerStep {
+    #[default]
+    One,
+    /// Each frame is held until the next arrives and the two run as one step
+    /// ([`ModelSession::submit_pair`]): each frame's result waits for the next frame.
+    Two,
+}
+
+impl FramesPerStep {
+    pub fn count(self) -> usize {
+        match self {
+            FramesPerStep::One => 1,
+            FramesPerStep::Two => 2,
+        }
+    }
+}
+
+/// A frames-per-step count other than 1 or 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0} frames a step: a step takes 1 or 2 streaming frames")]
+pub struct BadFramesPerStep(pub usize);
+
+impl TryFrom<usize> for FramesPerStep {
+    type Error = BadFramesPerStep;
+    fn try_from(n: usize) -> Result<Self, Self::Error> {
+        match n {
+            1 => Ok(FramesPerStep::One),
+            2 => Ok(FramesPerStep::Two),
+            _ => Err(BadFramesPerStep(n)),
+        }
+    }
 }
 
 impl Default for PipelineConfig {
@@ -65,11 +104,22 @@ impl Default for PipelineConfig {
             points: PointFilter::default(),
             max_frames: None,
             queue: 2,
+            frames_per_step: FramesPerStep::One,
         }
     }
 }
 
 impl PipelineConfig {
+    /// Whether `source` can run with these settings: two frames a step need a file source. A
+    /// live source's frames come one at a time, newest first; holding one for the next would add
+    /// a frame period of latency to every result, which is what a live view must not pay.
+    pub fn check_source(&self, source: &dyn Source) -> Result<(), PipelineError> {
+        if self.frames_per_step == FramesPerStep::Two && source.is_live() {
+            return Err(PipelineError::PairsNeedFileSource(source.describe()));
+        }
+        Ok(())
+    }
+
     /// The keyframe policy for a source: the configured one, else for a source of known
     /// length the reference's `ceil(N / 320)` (or the model config's interval if larger), and
     /// for an endless source the adaptive policy.
@@ -107,6 +157,7 @@ impl Pipeline {
         config: PipelineConfig,
         outputs: Outputs,
     ) -> Result<Pipeline, PipelineError> {
+        config.check_source(source.as_ref())?;
         let limits = model.limits();
         let keyframes = config.keyframes_for(source.as_ref(), &limits);
         // Fail now rather than at the first frame.
@@ -115,6 +166,7 @@ impl Pipeline {
             layout: config.layout,
             window: config.window.unwrap_or(limits.default_window),
             keyframes,
+            frames_per_step: config.frames_per_step,
         };
         let mut source = source;
         // The model's session is prepared for this size before the first frame is read.

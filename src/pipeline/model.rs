@@ -83,6 +83,38 @@ pub enum CallImages<'a> {
     Decoded(&'a [&'a RgbImage]),
 }
 
+impl<'a> CallImages<'a> {
+    /// The images of a two-frame step as two one-frame calls' images.
+    pub fn split_pair(self) -> Result<[CallImages<'a>; 2], ModelError> {
+        match self {
+            CallImages::Preprocessed(values) => {
+                // Two frames of one size: the halves are the frames.
+                if values.is_empty() || !values.len().is_multiple_of(2) {
+                    return Err(ModelError::BadInput(format!(
+                        "a two-frame step needs two images of equal size, got {} values",
+                        values.len()
+                    )));
+                }
+                let (first, second) = values.split_at(values.len() / 2);
+                Ok([
+                    CallImages::Preprocessed(first),
+                    CallImages::Preprocessed(second),
+                ])
+            }
+            CallImages::Decoded(frames) => match frames {
+                [first, second] => Ok([
+                    CallImages::Decoded(std::slice::from_ref(first)),
+                    CallImages::Decoded(std::slice::from_ref(second)),
+                ]),
+                _ => Err(ModelError::BadInput(format!(
+                    "a two-frame step needs two images, got {}",
+                    frames.len()
+                ))),
+            },
+        }
+    }
+}
+
 /// What [`ModelSession::submit`] did with a call.
 #[derive(Debug)]
 pub enum Submitted {
@@ -90,6 +122,28 @@ pub enum Submitted {
     Done(Box<ModelStep>),
     /// Queued it; its outputs come from [`ModelSession::finish`], in order.
     Queued,
+}
+
+/// One call of a two-frame step ([`ModelSession::submit_pair`]).
+#[derive(Debug)]
+pub struct PairCall {
+    /// What became of the call: its error is the error of the frames it holds.
+    pub submitted: Result<Submitted, ModelError>,
+    /// The cache as this call left it, taken when the call was submitted. A two-frame step that
+    /// runs as two calls returns after both, so the first frame's view of the cache would be
+    /// gone by the time its results are built. None: the pipeline takes it when the call
+    /// finishes, as for any call.
+    pub cache: Option<Box<CacheSnapshot>>,
+}
+
+/// What [`ModelSession::submit_pair`] did with its two frames.
+#[derive(Debug)]
+pub enum PairSubmitted {
+    /// One call holding both frames: one result (or one [`ModelSession::finish`]) gives both.
+    Together(PairCall),
+    /// Two one-frame calls, the first frame's first (the backend could not, or does not, run the
+    /// two as one step); each is finished on its own.
+    Apart([PairCall; 2]),
 }
 
 /// A loaded model of any backend.
@@ -104,6 +158,20 @@ pub trait FrameModel: Send + Sync {
         width: usize,
         options: SessionOptions,
     ) -> Result<Box<dyn ModelSession>, ModelError>;
+
+    /// A fresh stream whose streaming frames will come two a step
+    /// ([`ModelSession::submit_pair`]). A backend that prepares each kind of call before the
+    /// stream (the GPU tunes and captures its graphs in [`ModelSession::warm_up`]) prepares the
+    /// two-frame calls too; the default opens an ordinary session, whose `submit_pair` runs the
+    /// frames as two calls.
+    fn start_pair_session(
+        &self,
+        height: usize,
+        width: usize,
+        options: SessionOptions,
+    ) -> Result<Box<dyn ModelSession>, ModelError> {
+        self.start_session(height, width, options)
+    }
 }
 
 /// One stream's caches on some backend.
@@ -142,6 +210,43 @@ pub trait ModelSession: Send {
             }
         };
         Ok(Submitted::Done(Box::new(step)))
+    }
+
+    /// Starts two consecutive streaming frames as one step: `images` holds both (as
+    /// [`Self::submit`] takes one call's), `frames` their increasing indices and `keyframes`
+    /// each frame's kind as the keyframe policy decided it frame by frame. Each frame must come
+    /// out as it would streamed alone. The default submits the frames as two one-frame calls
+    /// (so a backend without a two-frame step gives exactly its one-frame results); a backend
+    /// that runs both in one call returns [`PairSubmitted::Together`]. Counts as one call in
+    /// flight: the pipeline submits it with fewer than [`Self::max_in_flight`] calls in flight,
+    /// so two calls (the default's, or a fallback's) may pass that limit by one. A backend that
+    /// queues calls and keeps this default must take that one call more, as the GPU's spare
+    /// slot does.
+    fn submit_pair(
+        &mut self,
+        images: CallImages<'_>,
+        frames: [u64; 2],
+        keyframes: [bool; 2],
+    ) -> PairSubmitted {
+        let [first, second] = match images.split_pair() {
+            Ok(halves) => halves,
+            Err(e) => {
+                return PairSubmitted::Together(PairCall {
+                    submitted: Err(e),
+                    cache: None,
+                });
+            }
+        };
+        let mut call = |images: CallImages<'_>, i: usize| {
+            let submitted = self.submit(images, frames[i]..frames[i] + 1, keyframes[i]);
+            // Taken now: the second call moves the cache on before the first one's results
+            // are built.
+            let cache = submitted.is_ok().then(|| Box::new(self.cache_snapshot()));
+            PairCall { submitted, cache }
+        };
+        let first = call(first, 0);
+        let second = call(second, 1);
+        PairSubmitted::Apart([first, second])
     }
 
     /// The outputs of the oldest queued call (waits for it).
