@@ -1,5 +1,4 @@
-//! The front of a call, its images and DINO, on a stream of its own: at the lowest priority for
-//! one frame a step, at the main stream's for two ([`FrontPriority`]).
+//! The front of a call, its images and DINO, on a stream of its own at the lowest priority.
 //!
 //! DINO reads nothing but the call's images, so the next frame's DINO need not wait for this
 //! frame's heads: with two calls in flight it runs beside them (the small-m camera head and the
@@ -29,17 +28,6 @@ use super::super::transformer::{
 };
 use super::device_io::{ImageStaging, image_to_rgb8};
 use super::{STREAMING_CALL_FRAMES, Shape, StepGraph, StepImages, capture_graph};
-
-/// The front stream's priority against the main stream's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum FrontPriority {
-    /// One frame a step: the heads go first and the next DINO takes the SMs they leave idle.
-    Lowest,
-    /// Two frames a step: the next pair's DINO is the longer of the two sides of the heads phase
-    /// (the batched heads fill more of the GPU), so it shares the main stream's priority
-    /// (docs/gpu-model.md: 22.30 against 22.44 ms a frame at the lowest).
-    Main,
-}
 
 /// The front's device buffers (carved from the session's arena).
 #[derive(Debug, Clone, Copy)]
@@ -93,12 +81,8 @@ impl Front {
         shape: &Shape,
         tuning: Tuning,
         choices: &SharedChoices,
-        priority: FrontPriority,
     ) -> Result<Self, CudaError> {
-        let dev = match priority {
-            FrontPriority::Lowest => main.with_background_stream()?,
-            FrontPriority::Main => main.with_new_stream()?,
-        };
+        let dev = main.with_background_stream()?;
         let mut gemm = Gemm::new(&dev)?;
         gemm.set_tuning(tuning, choices);
         let image_staging = ImageStaging::new(&dev, shape.max_call * 3 * shape.plane())?;

@@ -53,7 +53,7 @@ mod outputs;
 
 use device_io::{copy_dtod, upload_raw};
 use forward::Part;
-use front::{Front, FrontBuffers, FrontPriority};
+use front::{Front, FrontBuffers};
 use outputs::{OutputSlot, PendingCall};
 
 /// Calls a stream keeps submitted but not finished: one running, one queued behind it.
@@ -556,11 +556,6 @@ impl GpuSession {
             &shape,
             sc.gemm_tuning,
             &model.gemm_choices,
-            if sc.pair_steps {
-                FrontPriority::Main
-            } else {
-                FrontPriority::Lowest
-            },
         )?;
         let slots = (0..CALL_SLOTS)
             .map(|_| OutputSlot::new(&dev, shape.max_call, shape.plane(), sc.download_maps))
