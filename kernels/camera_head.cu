@@ -305,15 +305,16 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
     }
 }
 
-// The sweep form (R > 0; one row, one column a group, k = 2048 R): the CTA owns the contiguous
-// columns [c0, c1) of a grid that splits n evenly, so its weight rows are one contiguous block,
-// and its 256 threads walk that block in address order, U x 16 bytes a thread a batch (U / R
-// whole rows), the next batch in flight while the current one is multiplied. A thread always
-// meets the same R chunks of x, kept in registers. Warp sums of each row go to shared memory
-// (at most SWEEP_MAX_ROWS rows a CTA), one thread a row adds them and runs the epilogue. Against
-// a warp per column, whose warps stream rows 4 or 16 KB apart all over the matrix, the camera
-// head took 1.25 ms instead of 1.35 (docs/gpu-model.md). Not for the pose branch, whose
-// epilogue reduces across its warps.
+// The sweep form (R > 0; M = 1 or 2 rows, one column a group, k = 2048 R): the CTA owns the
+// contiguous columns [c0, c1) of a grid that splits n evenly, so its weight rows are one
+// contiguous block, and its 256 threads walk that block in address order, U x 16 bytes a thread
+// a batch (U / R whole rows), the next batch in flight while the current one is multiplied. A thread always
+// meets the same R chunks of each x row, kept in registers. Warp sums of each (column, row) go to
+// shared memory (at most SWEEP_MAX_ROWS columns a CTA), one thread a (column, row) adds them and
+// runs the epilogue. Against a warp per column, whose warps stream rows 4 or 16 KB apart all over
+// the matrix, the camera head took 1.25 ms instead of 1.35 for one row, and the heads of a
+// two-frame step 0.07 ms a frame less for two (docs/gpu-model.md). Not for the pose branch, whose
+// epilogue reduces across its warps. Eight chunks a batch instead of four was a tie.
 #define SWEEP_MAX_ROWS 64
 
 template <int M, int NC, int U, int R = 0>
@@ -443,41 +444,53 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
     for (int o = 0; o < SPEC_POSE_ENC_LEN; ++o) bacc[o] = 0.f;
 
     if constexpr (R > 0) {
-        __shared__ float sw_part[SWEEP_MAX_ROWS][LIN_WARPS];
+        __shared__ float sw_part[SWEEP_MAX_ROWS][M][LIN_WARPS];
         constexpr int G = U / R;
         const u32 t = threadIdx.x;
         const u32 c0 = sw_c0, c1 = sw_c1;
-        float xf[R][8];
+        float xf[M][R][8];
 #pragma unroll
-        for (int j = 0; j < R; ++j) unpack8(*(const Chunk8*)(xrow[0] + (u64)(j * 256 + t) * 8), xf[j]);
+        for (int r = 0; r < M; ++r)
+#pragma unroll
+            for (int j = 0; j < R; ++j)
+                unpack8(*(const Chunk8*)(xrow[r] + (u64)(j * 256 + t) * 8), xf[r][j]);
         Chunk8 nxt[U];
         Chunk8 (&cur)[U] = sw_cur;
         for (u32 row = c0; row < c1; row += G) {
             if (row + G < c1) sw_load(nxt, row + G);
-            float acc[G];
+            float acc[G][M];
 #pragma unroll
-            for (int q = 0; q < G; ++q) acc[q] = 0.f;
+            for (int q = 0; q < G; ++q)
+#pragma unroll
+                for (int r = 0; r < M; ++r) acc[q][r] = 0.f;
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 float wf[8];
                 unpack8(cur[u], wf);
 #pragma unroll
-                for (int e = 0; e < 8; ++e) acc[u / R] = fmaf(wf[e], xf[u % R][e], acc[u / R]);
+                for (int r = 0; r < M; ++r)
+#pragma unroll
+                    for (int e = 0; e < 8; ++e)
+                        acc[u / R][r] = fmaf(wf[e], xf[r][u % R][e], acc[u / R][r]);
             }
 #pragma unroll
-            for (int q = 0; q < G; ++q) {
-                const float v = warp_sum(acc[q]);
-                if (lane == 0 && row + q < c1) sw_part[row + q - c0][warp] = v;
-            }
+            for (int q = 0; q < G; ++q)
+#pragma unroll
+                for (int r = 0; r < M; ++r) {
+                    const float v = warp_sum(acc[q][r]);
+                    if (lane == 0 && row + q < c1) sw_part[row + q - c0][r][warp] = v;
+                }
 #pragma unroll
             for (int u = 0; u < U; ++u) cur[u] = nxt[u];
         }
         __syncthreads();
-        if (t < c1 - c0) {
+        // One thread a (column, row): c1 - c0 <= SWEEP_MAX_ROWS, so M * 64 <= LIN_THREADS.
+        const u32 col = t / M, r = t % M;
+        if (col < c1 - c0 && r < nr) {
             float v = 0.f;
 #pragma unroll
-            for (int w = 0; w < LIN_WARPS; ++w) v += sw_part[t][w];
-            lin_epilogue<1>(a, c0 + t, 0, &v, cache_len, bacc);
+            for (int w = 0; w < LIN_WARPS; ++w) v += sw_part[col][r][w];
+            lin_epilogue<1>(a, c0 + col, row0 + r, &v, cache_len, bacc);
         }
         return;
     }
@@ -598,15 +611,17 @@ LIN_ENTRY(cam_linear3_m1, 1, 3, 4)
 LIN_ENTRY(cam_linear3_m2, 2, 3, 4)
 LIN_ENTRY(cam_linear3_m4, 4, 3, 4)
 LIN_ENTRY(cam_linear3_m8, 8, 3, 4)
-// Sweep entry points (one row, k = 2048 R): grid = (CTAs, 1), the columns split evenly over
+// Sweep entry points (M rows, k = 2048 R): grid = (CTAs, 1), the columns split evenly over
 // them, at most SWEEP_MAX_ROWS a CTA; dynamic shared memory as the general entries.
-#define LIN_SWEEP_ENTRY(name, R)                                                      \
+#define LIN_SWEEP_ENTRY(name, M, U, R)                                                \
     extern "C" __global__ void __launch_bounds__(LIN_THREADS, 2) name(const LinArgs a) { \
         extern __shared__ __align__(16) u16 lin_xs[];                                 \
-        linear_body<1, 1, 4, R>(a, lin_xs);                                           \
+        linear_body<M, 1, U, R>(a, lin_xs);                                           \
     }
-LIN_SWEEP_ENTRY(cam_sweep_k2048, 1)
-LIN_SWEEP_ENTRY(cam_sweep_k8192, 4)
+LIN_SWEEP_ENTRY(cam_sweep_k2048, 1, 4, 1)
+LIN_SWEEP_ENTRY(cam_sweep_k8192, 1, 4, 4)
+LIN_SWEEP_ENTRY(cam_sweep2_k2048, 2, 4, 1)
+LIN_SWEEP_ENTRY(cam_sweep2_k8192, 2, 4, 4)
 
 // ---------------------------------------------------------------------------------------------
 // Attention of the frames' queries over cache[0 .. cache_len) followed by the current frames'

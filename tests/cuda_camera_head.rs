@@ -326,9 +326,9 @@ fn erf_f64(x: f64) -> f64 {
 }
 
 /// The small-m linear kernel (y = x wᵀ + b, bf16 operands, f32 accumulation) against f64 on the
-/// same bf16 values, for 1, 3 and 8 rows and the head's shapes plus ragged ones (k = 1000: a chunk
-/// count that is no multiple of a warp's; k = 1001: unaligned rows, the scalar path; n = 37; one
-/// row at k = 2048 and 8192: the sweep form), in its f32, bf16 and bf16-GELU outputs.
+/// same bf16 values, for 1, 2, 3 and 8 rows and the head's shapes plus ragged ones (k = 1000: a
+/// chunk count that is no multiple of a warp's; k = 1001: unaligned rows, the scalar path; n = 37;
+/// one or two rows at k = 2048 and 8192: the sweep forms), in its f32, bf16 and bf16-GELU outputs.
 #[test]
 fn small_m_linear_matches_f64() {
     let Some(dev) = device() else { return };
@@ -340,7 +340,7 @@ fn small_m_linear_matches_f64() {
         (4096, 1024, 4096),
         (1000, 37, 1008),
         (1001, 37, 1001),
-        // The sweep form for one row (k = 2048 and 8192): fewer columns than CTAs, and column
+        // The sweep forms for one and two rows (k = 2048 and 8192): fewer columns than CTAs, and column
         // counts that split unevenly over the grid.
         (2048, 37, 2048),
         (2048, 2053, 2048),
@@ -354,7 +354,7 @@ fn small_m_linear_matches_f64() {
         let bias: Vec<f32> = (0..n).map(|_| rng.random_range(-0.5f32..0.5)).collect();
         let w_dev: CudaSlice<bf16> = dev.stream.clone_htod(&w).expect("w");
         let b_dev: CudaSlice<f32> = dev.stream.clone_htod(&bias).expect("bias");
-        for m in [1usize, 3, 8] {
+        for m in [1usize, 2, 3, 8] {
             let x: Vec<bf16> = (0..(m - 1) * stride + k)
                 .map(|_| bf16::from_f32(rng.random_range(-2.0f32..2.0)))
                 .collect();
@@ -456,7 +456,7 @@ fn small_m_linear_matches_f64() {
 /// head state) and against the CPU head; a non-keyframe leaves no trace in the cache and a
 /// keyframe's K/V land where a call of its own puts them. `gpu_bound`: against one-frame calls
 /// on the GPU (the tiny head runs the same kernels for one row and two, so it is exact; at full
-/// width one row takes the sweep kernels and two the general ones, which round differently).
+/// width one row and two take different entry points, whose sums may round differently).
 fn pairs_match_single_calls(cfg: &ModelConfig, label: &str, gpu_bound: f64) {
     let Some(dev) = device() else { return };
     let width = cfg.head_input_dim();

@@ -257,9 +257,12 @@ impl GpuCameraHead {
                 *r = lin_resident_ctas(dev, lin_name(nc == 1, tile), tile * width * 2)?;
             }
         }
-        let mut sweep = [0usize; 2];
-        for (r, (_, name)) in sweep.iter_mut().zip(SWEEP_ENTRIES) {
-            *r = lin_resident_ctas(dev, name, width * 2)?;
+        let mut sweep = [[0usize; 2]; 2];
+        for (t, (tile, entries)) in sweep.iter_mut().zip(SWEEP_ENTRIES).enumerate() {
+            let rows = t + 1;
+            for (r, (_, name)) in tile.iter_mut().zip(entries) {
+                *r = lin_resident_ctas(dev, name, rows * width * 2)?;
+            }
         }
         let lin_resident = LinResident { general, sweep };
         // Row tiles of a call and the pose branch's CTAs (partial sums per tile and CTA).

@@ -136,6 +136,8 @@ pub const SOURCES: &[KernelSource] = &[
             "cam_linear3_m8",
             "cam_sweep_k2048",
             "cam_sweep_k8192",
+            "cam_sweep2_k2048",
+            "cam_sweep2_k8192",
             "cam_attention_partial",
         ],
         hopper_only: false,

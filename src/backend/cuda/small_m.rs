@@ -3,7 +3,8 @@
 //! at k = 2048 or 8192 takes the sweep form `cam_sweep_k*`, a CTA per contiguous block of
 //! columns reading its weights in address order), with fused prologues (LayerNorm, the pose
 //! embedding) and epilogues (bias, GELU, residual, modulation, K/V append, the pose branch).
-//! cuBLASLt is latency-bound at m = 1; this is not. The camera head is its main user;
+//! Two rows (a two-frame step) take the two-row sweep `cam_sweep2_k*`. cuBLASLt is
+//! latency-bound at m = 1; this is not. The camera head is its main user;
 //! [`small_m_linear`] exposes the plain layer.
 
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
@@ -135,24 +136,31 @@ pub(crate) fn lin_resident_ctas(
     Ok((per_sm.max(1) * dev.info.sm_count.max(1)) as usize)
 }
 
-/// The sweep entry points by k (`cam_sweep_k*` in camera_head.cu) and the most columns one of
-/// their CTAs takes (its `SWEEP_MAX_ROWS`).
-pub(crate) const SWEEP_ENTRIES: [(usize, &str); 2] =
-    [(2048, "cam_sweep_k2048"), (8192, "cam_sweep_k8192")];
+/// The sweep entry points (`cam_sweep*_k*` in camera_head.cu) by row tile (one row, two rows)
+/// and k, and the most columns one of their CTAs takes (its `SWEEP_MAX_ROWS`).
+pub(crate) const SWEEP_ENTRIES: [[(usize, &str); 2]; 2] = [
+    [(2048, "cam_sweep_k2048"), (8192, "cam_sweep_k8192")],
+    [(2048, "cam_sweep2_k2048"), (8192, "cam_sweep2_k8192")],
+];
 const SWEEP_MAX_ROWS: usize = 64;
 
-/// The sweep entry point of a launch and its index in [`SWEEP_ENTRIES`], where it has one: one
-/// row, one column a group, a k it is built for, aligned operands, not the pose branch (whose
-/// epilogue reduces over the warps of the general form).
-fn sweep_name(a: &LinArgs, nc3: bool, tile: usize) -> Option<(&'static str, usize)> {
+/// The sweep entry point of a launch and its index (row tile, k) in [`SWEEP_ENTRIES`], where
+/// it has one: one or two rows, one column a group, a k it is built for, aligned operands, not the
+/// pose branch (whose epilogue reduces over the warps of the general form).
+fn sweep_name(a: &LinArgs, nc3: bool, tile: usize) -> Option<(&'static str, (usize, usize))> {
     let aligned = a.w.is_multiple_of(16) && (a.prologue != PRO_NONE || a.x.is_multiple_of(16));
-    if tile != 1 || nc3 || a.epilogue == EPI_BRANCH || !aligned {
+    if nc3 || a.epilogue == EPI_BRANCH || !aligned {
         return None;
     }
-    SWEEP_ENTRIES
+    let form = match tile {
+        1 => 0,
+        2 => 1,
+        _ => return None,
+    };
+    SWEEP_ENTRIES[form]
         .iter()
         .position(|&(k, _)| k == a.k as usize)
-        .map(|i| (SWEEP_ENTRIES[i].1, i))
+        .map(|i| (SWEEP_ENTRIES[form][i].1, (form, i)))
 }
 
 /// CTAs of a sweep launch over `n` columns: every resident one, fewer when there are fewer
@@ -167,7 +175,7 @@ pub(crate) struct LinResident {
     /// By [NC = 3][log2 row tile].
     pub(crate) general: [[usize; 4]; 2],
     /// By [`SWEEP_ENTRIES`] index.
-    pub(crate) sweep: [usize; 2],
+    pub(crate) sweep: [[usize; 2]; 2],
 }
 
 /// CTAs along x for `groups` column groups: one group per warp when they all fit at once, else
@@ -217,7 +225,7 @@ pub(crate) unsafe fn launch_linear(
     let name = sweep.map_or(name, |(name, _)| name);
     let resident = match (resident, sweep) {
         (Some(r), None) => r.general[usize::from(nc3)][tile.trailing_zeros() as usize],
-        (Some(r), Some((_, i))) => r.sweep[i],
+        (Some(r), Some((_, (f, i)))) => r.sweep[f][i],
         (None, _) => lin_resident_ctas(dev, name, smem)?,
     };
     let grid_x = if sweep.is_some() {
