@@ -82,8 +82,16 @@ impl BlockScratch {
     }
 }
 
-/// Most key splits any attention call of the model uses (the workspace is sized for it).
-pub const MAX_SPLITS: usize = 4;
+/// Most key splits any attention call of the model uses (the workspace is sized for it). Eight,
+/// for frames just past a whole number of 256-row query tiles: at 518×392 (any 4:3 input) a
+/// frame is 1041 tokens, five tiles of which the last holds 17 rows, 80 CTAs a split on 132
+/// SMs, and eight splits (five waves of an eighth of the keys) beat four (three waves of a
+/// quarter) by a sixth.
+pub const MAX_SPLITS: usize = 8;
+
+/// Most key splits of a frame-local attention call: its keys are one frame's, so a split of
+/// more than a few key tiles would be mostly pipeline fill.
+pub const LOCAL_MAX_SPLITS: usize = 4;
 
 /// Words per frame of the frame-local attention tables (read [`Attend::WithinFrames`]).
 pub const LOCAL_TABLE_WORDS: usize = 5;
@@ -144,6 +152,11 @@ impl AttentionSetup {
     /// bound the choice; `MAX_SPLITS` does (the workspace's size).
     fn splits(&self, lq: usize, heads: usize) -> usize {
         self.splits_for_tiles(lq.div_ceil(self.kernel.block_m()), heads)
+    }
+
+    /// As [`Self::splits`] for frame-local attention (at most [`LOCAL_MAX_SPLITS`]).
+    fn local_splits(&self, lq: usize, heads: usize) -> usize {
+        self.splits(lq, heads).min(LOCAL_MAX_SPLITS)
     }
 
     /// As [`Self::splits`] for `q_tiles` query tiles (of all views of a launch).
@@ -317,7 +330,7 @@ pub fn block_forward(
                         &kv,
                         tokens,
                         heads,
-                        setup.splits(tokens, heads),
+                        setup.local_splits(tokens, heads),
                         s.ws,
                     )?;
                 }
@@ -474,5 +487,14 @@ mod tests {
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 8040, 16), 1);
         // The tiny fixtures (2 heads, a few hundred queries): capped by the workspace.
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 300, 2), MAX_SPLITS);
+        // 518x392 (1041 tokens): five 256-row tiles, 80 CTAs a split: eight splits (five waves
+        // of an eighth of the keys); frame-local attention keeps at most four.
+        assert_eq!(splits(AttentionKernel::WgmmaWsM256, 1041, 16), 8);
+        let setup = AttentionSetup {
+            kernel: AttentionKernel::WgmmaWs,
+            sm_count: 132,
+        };
+        assert_eq!(setup.local_splits(1041, 16), LOCAL_MAX_SPLITS);
+        assert_eq!(setup.local_splits(1005, 16), 1);
     }
 }
