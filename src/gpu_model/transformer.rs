@@ -89,10 +89,6 @@ impl BlockScratch {
 /// quarter) by a sixth.
 pub const MAX_SPLITS: usize = 8;
 
-/// Most key splits of a frame-local attention call: its keys are one frame's, so a split of
-/// more than a few key tiles would be mostly pipeline fill.
-pub const LOCAL_MAX_SPLITS: usize = 4;
-
 /// Words per frame of the frame-local attention tables (read [`Attend::WithinFrames`]).
 pub const LOCAL_TABLE_WORDS: usize = 5;
 
@@ -152,11 +148,6 @@ impl AttentionSetup {
     /// bound the choice; `MAX_SPLITS` does (the workspace's size).
     fn splits(&self, lq: usize, heads: usize) -> usize {
         self.splits_for_tiles(lq.div_ceil(self.kernel.block_m()), heads)
-    }
-
-    /// As [`Self::splits`] for frame-local attention (at most [`LOCAL_MAX_SPLITS`]).
-    fn local_splits(&self, lq: usize, heads: usize) -> usize {
-        self.splits(lq, heads).min(LOCAL_MAX_SPLITS)
     }
 
     /// As [`Self::splits`] for `q_tiles` query tiles (of all views of a launch).
@@ -330,7 +321,11 @@ pub fn block_forward(
                         &kv,
                         tokens,
                         heads,
-                        setup.local_splits(tokens, heads),
+                        // Never split: the keys are one frame's, and past a whole wave (1041
+                        // tokens are nine 128-row tiles, 144 CTAs) four splits of two or three
+                        // key tiles each cost the frame blocks 0.4 ms more than a second wave
+                        // (H200, docs/gpu-model.md "Past 1024 tokens"); DINO's kernel has none.
+                        1,
                         s.ws,
                     )?;
                 }
@@ -488,13 +483,7 @@ mod tests {
         // The tiny fixtures (2 heads, a few hundred queries): capped by the workspace.
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 300, 2), MAX_SPLITS);
         // 518x392 (1041 tokens): five 256-row tiles, 80 CTAs a split: eight splits (five waves
-        // of an eighth of the keys); frame-local attention keeps at most four.
+        // of an eighth of the keys).
         assert_eq!(splits(AttentionKernel::WgmmaWsM256, 1041, 16), 8);
-        let setup = AttentionSetup {
-            kernel: AttentionKernel::WgmmaWs,
-            sm_count: 132,
-        };
-        assert_eq!(setup.local_splits(1041, 16), LOCAL_MAX_SPLITS);
-        assert_eq!(setup.local_splits(1005, 16), 1);
     }
 }
