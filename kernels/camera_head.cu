@@ -308,10 +308,10 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
 // The sweep form (R > 0; M = 1 or 2 rows, one column a group, k = 2048 R): the CTA owns the
 // contiguous columns [c0, c1) of a grid that splits n evenly, so its weight rows are one
 // contiguous block, and its 256 threads walk that block in address order, U x 16 bytes a thread
-// a batch (U / R whole rows), the next batch in flight while the current one is multiplied. A thread always
-// meets the same R chunks of each x row, kept in registers. Warp sums of each (column, row) go to
-// shared memory (at most SWEEP_MAX_ROWS columns a CTA), one thread a (column, row) adds them and
-// runs the epilogue. Against a warp per column, whose warps stream rows 4 or 16 KB apart all over
+// a batch (U / R whole rows), the next batch in flight while the current one is multiplied. A
+// thread always meets the same R chunks of each x row, kept in registers. Warp sums of each
+// (column, row) go to shared memory (at most SWEEP_MAX_ROWS columns a CTA), one thread a
+// (column, row) adds them and runs the epilogue. Against a warp per column, whose warps stream rows 4 or 16 KB apart all over
 // the matrix, the camera head took 1.25 ms instead of 1.35 for one row, and the heads of a
 // two-frame step 0.07 ms a frame less for two (docs/gpu-model.md). Not for the pose branch, whose
 // epilogue reduces across its warps. Eight chunks a batch instead of four was a tie.
@@ -613,15 +613,15 @@ LIN_ENTRY(cam_linear3_m4, 4, 3, 4)
 LIN_ENTRY(cam_linear3_m8, 8, 3, 4)
 // Sweep entry points (M rows, k = 2048 R): grid = (CTAs, 1), the columns split evenly over
 // them, at most SWEEP_MAX_ROWS a CTA; dynamic shared memory as the general entries.
-#define LIN_SWEEP_ENTRY(name, M, U, R)                                                \
+#define LIN_SWEEP_ENTRY(name, M, R)                                                   \
     extern "C" __global__ void __launch_bounds__(LIN_THREADS, 2) name(const LinArgs a) { \
         extern __shared__ __align__(16) u16 lin_xs[];                                 \
-        linear_body<M, 1, U, R>(a, lin_xs);                                           \
+        linear_body<M, 1, 4, R>(a, lin_xs);                                           \
     }
-LIN_SWEEP_ENTRY(cam_sweep_k2048, 1, 4, 1)
-LIN_SWEEP_ENTRY(cam_sweep_k8192, 1, 4, 4)
-LIN_SWEEP_ENTRY(cam_sweep2_k2048, 2, 4, 1)
-LIN_SWEEP_ENTRY(cam_sweep2_k8192, 2, 4, 4)
+LIN_SWEEP_ENTRY(cam_sweep_k2048, 1, 1)
+LIN_SWEEP_ENTRY(cam_sweep_k8192, 1, 4)
+LIN_SWEEP_ENTRY(cam_sweep2_k2048, 2, 1)
+LIN_SWEEP_ENTRY(cam_sweep2_k8192, 2, 4)
 
 // ---------------------------------------------------------------------------------------------
 // Attention of the frames' queries over cache[0 .. cache_len) followed by the current frames'

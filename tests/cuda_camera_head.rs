@@ -340,8 +340,8 @@ fn small_m_linear_matches_f64() {
         (4096, 1024, 4096),
         (1000, 37, 1008),
         (1001, 37, 1001),
-        // The sweep forms for one and two rows (k = 2048 and 8192): fewer columns than CTAs, and column
-        // counts that split unevenly over the grid.
+        // The sweep forms for one and two rows (k = 2048 and 8192): fewer columns than CTAs,
+        // and column counts that split unevenly over the grid.
         (2048, 37, 2048),
         (2048, 2053, 2048),
         (8192, 1031, 8192),
