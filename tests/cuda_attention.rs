@@ -6,7 +6,7 @@ mod common;
 
 use half::bf16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use streamrecon::attention::{AttentionShape, PagedLayer, paged_attention};
+use streamrecon::attention::{AttentionShape, PagedLayer, ScoreBound, Softmax, paged_attention};
 use streamrecon::backend::cuda::attention::{PagedKv, paged_attention as gpu_paged_attention};
 use streamrecon::backend::cuda::{
     AttentionKernel, AttentionOptions, AttentionWorkspace, CudaDevice, DenseBaseline,
@@ -69,9 +69,25 @@ fn run_case(
     kernel: AttentionKernel,
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
-    run_rounds(dev, case, kernel, seed, &[case.splits])
+    run_rounds(dev, case, kernel, seed, DATA_SCALE, &[case.splits])
         .pop()
         .unwrap()
+}
+
+/// Queries, keys and values uniform in `[-DATA_SCALE, DATA_SCALE)`.
+const DATA_SCALE: f32 = 2.0;
+
+/// The softmax a launch over these queries and this pool may use: the longest query and the
+/// longest pool vector (keys and values, a bound of the keys) bound every score, as a layer's
+/// qk-norm does in the model.
+fn data_softmax(q: &[bf16], pool: &[bf16]) -> Softmax {
+    let longest = |v: &[bf16]| {
+        v.chunks_exact(D)
+            .map(|h| h.iter().map(|x| x.to_f32() * x.to_f32()).sum::<f32>())
+            .fold(0.0f32, f32::max)
+            .sqrt()
+    };
+    ScoreBound::from_lengths(longest(q), longest(pool), 1.0 / (D as f32).sqrt()).softmax()
 }
 
 /// One launch per entry of `rounds` (its split count), each with new random queries, against
@@ -81,6 +97,7 @@ fn run_rounds(
     case: &Case,
     kernel: AttentionKernel,
     seed: u64,
+    data_scale: f32,
     rounds: &[Option<usize>],
 ) -> Vec<(Vec<f32>, Vec<f32>)> {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -110,7 +127,7 @@ fn run_rounds(
             },
         )
         .unwrap();
-    let pool = random_bf16(&mut rng, geometry.layer_elems(), 2.0);
+    let pool = random_bf16(&mut rng, geometry.layer_elems(), data_scale);
     dev.stream
         .memcpy_htod(&pool, cache.pool_mut(0).unwrap())
         .unwrap();
@@ -120,8 +137,9 @@ fn run_rounds(
     let mut out = dev.stream.clone_htod(&vec![bf16::NAN; n]).unwrap();
     let mut results = Vec::new();
     for &splits in rounds {
-        let q_host = random_bf16(&mut rng, n, 2.0);
+        let q_host = random_bf16(&mut rng, n, data_scale);
         let q = dev.stream.clone_htod(&q_host).unwrap();
+        let softmax = data_softmax(&q_host, &pool);
         let kv = PagedKv {
             pool: cache.pool(0).unwrap().as_view(),
             page_size: case.page_size as u32,
@@ -140,6 +158,7 @@ fn run_rounds(
             AttentionOptions {
                 splits,
                 kernel: Some(kernel),
+                softmax,
             },
             &mut ws,
         )
@@ -180,7 +199,7 @@ fn split_merges_are_right_launch_after_launch() {
     };
     let rounds = [Some(2), Some(2), Some(3), Some(1), Some(4), Some(2)];
     for kernel in AttentionKernel::available(&dev) {
-        for (i, (got, reference)) in run_rounds(&dev, &case, kernel, 7, &rounds)
+        for (i, (got, reference)) in run_rounds(&dev, &case, kernel, 7, DATA_SCALE, &rounds)
             .iter()
             .enumerate()
         {
@@ -195,6 +214,54 @@ fn split_merges_are_right_launch_after_launch() {
                 rounds[i]
             );
         }
+    }
+}
+
+/// The bounded kernel's fixed softmax offset across the range a bound allows: scores near zero
+/// (offset 0), and queries and keys long enough that the bound is close to its limit (offset
+/// about 18, rows' largest scores near 25): as accurate as the running maximum on the same data.
+#[test]
+fn fixed_softmax_offset_is_as_accurate_as_the_running_maximum() {
+    let Some(dev) = device() else { return };
+    let available = AttentionKernel::available(&dev);
+    if !available.contains(&AttentionKernel::WgmmaWsM256Bounded) {
+        eprintln!("skipping: the bounded kernel is built for Hopper (sm_90a) alone");
+        return;
+    }
+    let case = Case {
+        heads: 16,
+        lq: 300,
+        page_size: 999,
+        pages: vec![(2, 999), (0, 999), (1, 407)],
+        splits: None,
+    };
+    for (scale, seed) in [(DATA_SCALE, 11), (3.0, 12), (3.6, 13)] {
+        // The data run_rounds makes from the same seed: the pool (3 pages), then the queries.
+        let mut rng = StdRng::seed_from_u64(seed);
+        let pool = random_bf16(&mut rng, 3 * 2 * case.heads * 999 * D, scale);
+        let q = random_bf16(&mut rng, case.lq * case.heads * D, scale);
+        let softmax = data_softmax(&q, &pool);
+        assert!(
+            matches!(softmax, Softmax::FixedOffset(_)),
+            "data scale {scale}: {softmax:?}, the bound admits no fixed offset"
+        );
+        let err = |kernel| {
+            let (got, reference) = run_rounds(&dev, &case, kernel, seed, scale, &[None])
+                .pop()
+                .unwrap();
+            relative_error(&got, &reference)
+        };
+        let (online, fixed) = (
+            err(AttentionKernel::WgmmaWsM256),
+            err(AttentionKernel::WgmmaWsM256Bounded),
+        );
+        eprintln!(
+            "data scale {scale}: {softmax:?}, rel err {fixed:.2e} (running maximum {online:.2e})"
+        );
+        assert!(
+            fixed <= (1.5 * online).max(3e-3),
+            "data scale {scale} ({softmax:?}): rel err {fixed} against {online} with the running maximum"
+        );
     }
 }
 
@@ -374,6 +441,7 @@ fn matches_cpu_attention_and_dense_baseline() {
             AttentionOptions {
                 splits: Some(3),
                 kernel: None,
+                softmax: Softmax::RunningMax,
             },
             &mut ws,
         )
@@ -493,6 +561,7 @@ fn frame_attention_from_qkv_equals_the_split_path() {
             AttentionOptions {
                 splits: Some(1),
                 kernel: Some(AttentionKernel::WgmmaWs),
+                softmax: Softmax::RunningMax,
             },
             &mut ws,
         )
@@ -570,7 +639,7 @@ fn two_key_views_in_one_launch_each_see_their_own_keys() {
     };
     cache.upload_pair(&dev, &pair).unwrap();
     let mut rng = StdRng::seed_from_u64(41);
-    let pool = random_bf16(&mut rng, geometry.layer_elems(), 2.0);
+    let pool = random_bf16(&mut rng, geometry.layer_elems(), DATA_SCALE);
     dev.stream
         .memcpy_htod(&pool, cache.pool_mut(0).unwrap())
         .unwrap();
@@ -595,11 +664,12 @@ fn two_key_views_in_one_launch_each_see_their_own_keys() {
     }
     for kernel in kernels {
         for splits in [1usize, 2, 3, 1] {
-            let q_host = random_bf16(&mut rng, n, 2.0);
+            let q_host = random_bf16(&mut rng, n, DATA_SCALE);
             let q = dev.stream.clone_htod(&q_host).unwrap();
             paged_attention_views_raw(
                 &dev,
                 kernel,
+                data_softmax(&q_host, &pool),
                 DevPtr::of(&q),
                 DevPtr::of(&out),
                 &cache.raw_keys(0).unwrap(),

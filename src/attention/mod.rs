@@ -3,15 +3,18 @@
 //! * `paged`: online-softmax attention over a `PagePlan` (the CPU reference of the GPU kernel).
 //! * `dense`: per-frame K/V lists concatenated at every call, then plain attention.
 //! * `cpu_cache`: `CpuKvCache`, the one object the model talks to, over either layout.
+//! * `score_bound`: a bound on a layer's scores, and the fixed softmax offset it allows.
 
 mod cpu_cache;
 pub mod dense;
 pub mod paged;
+pub mod score_bound;
 mod tile;
 
 pub use cpu_cache::{AttentionLayout, CpuKvCache, LayerKvState};
 pub use dense::{DenseKvStore, dense_attention};
 pub use paged::{PagedLayer, paged_attention};
+pub use score_bound::{ScoreBound, Softmax};
 
 use crate::kvcache::CacheError;
 

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::BenchError;
 use super::cases::{AttentionCase, SCALE_FRAMES, WINDOW};
+use crate::attention::{ScoreBound, Softmax};
 use crate::backend::cuda::kv::cache_attention;
 use crate::backend::cuda::registry::Origin;
 use crate::backend::cuda::{
@@ -171,6 +172,18 @@ fn fill_random(dev: &CudaDevice, buf: &mut CudaSlice<bf16>, seed: u64) -> Result
     Ok(())
 }
 
+/// The softmax these random queries and keys allow: the longest query and the longest vector of
+/// the pool (keys and values alike, an upper bound of the keys) bound every score.
+fn data_softmax(q: &[bf16], pool: &[bf16]) -> Softmax {
+    let longest = |v: &[bf16]| {
+        v.chunks_exact(HEAD_DIM)
+            .map(|h| h.iter().map(|x| x.to_f32() * x.to_f32()).sum::<f32>())
+            .fold(0.0f32, f32::max)
+            .sqrt()
+    };
+    ScoreBound::from_lengths(longest(q), longest(pool), 1.0 / (HEAD_DIM as f32).sqrt()).softmax()
+}
+
 /// Query rows to check: evenly spaced, always including the first and the last.
 fn sample_rows(n: usize, count: usize) -> Vec<usize> {
     let count = count.clamp(1, n);
@@ -310,15 +323,17 @@ fn attention_case(
 
     let mut ws = AttentionWorkspace::new(dev, LQ, HEADS, 16)?;
     let mut out = dev.stream.alloc_zeros::<bf16>(elems)?;
-    let opts = |k: AttentionKernel, splits: Option<usize>| AttentionOptions {
-        splits,
-        kernel: Some(k),
-    };
-
-    // Host copies for the reference on sampled rows.
+    // Host copies for the reference on sampled rows, and for the bound on the scores that
+    // lets the bounded kernel fix its softmax offset.
     let rows = sample_rows(LQ, bench.check_rows);
     let pool_host = dev.stream.clone_dtoh(cache.pool(0)?)?;
     let q_host = dev.stream.clone_dtoh(&q)?;
+    let softmax = data_softmax(&q_host, &pool_host);
+    let opts = |k: AttentionKernel, splits: Option<usize>| AttentionOptions {
+        splits,
+        kernel: Some(k),
+        softmax,
+    };
     let reference = paged_attention_rows(
         &q_host,
         &HostPagedKv {

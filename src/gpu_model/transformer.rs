@@ -7,15 +7,18 @@ use half::bf16;
 
 use crate::backend::cuda::arena::{ArenaPlan, DevPtr};
 use crate::backend::cuda::attention::{
-    AttentionKernel, KeyViews, RawPagedKv, RawWorkspace, choose_splits, frame_attention_from_qkv,
-    has_frame_attention_from_qkv, paged_attention_raw, paged_attention_views_raw,
+    AttentionKernel, KeyViews, RawPagedKv, RawWorkspace, Softmax, choose_splits,
+    frame_attention_from_qkv, has_frame_attention_from_qkv, paged_attention_raw,
+    paged_attention_views_raw,
 };
 use crate::backend::cuda::gemm::{Epilogue, Gemm};
 use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope, RowCopy};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache};
 
+use crate::attention::ScoreBound;
 use crate::backend::cuda::storage::{Device, DeviceNorm};
 use crate::model::block::TransformerBlock;
+use crate::model::ops::norm::LayerNorm;
 use crate::model::spec::HEAD_DIM;
 
 /// How the MLP's GELU is computed.
@@ -122,6 +125,8 @@ pub enum Attend<'a> {
         rope: Rope<'a>,
         /// The dense baseline: the visible keys are first concatenated into this buffer.
         dense: Option<DenseScratch>,
+        /// The layer's softmax: a fixed offset where its scores are bounded (qk-norm).
+        softmax: Softmax,
     },
 }
 
@@ -161,6 +166,32 @@ impl AttentionSetup {
         )
         .clamp(1, MAX_SPLITS)
     }
+}
+
+/// The softmax block `w`'s attention over the cache may use: a fixed offset where its qk-norm
+/// bounds the scores ([`ScoreBound`]), else the running maximum. Reads the norms back from the
+/// device (a sync: for session setup, not for a step).
+pub fn cache_softmax(dev: &CudaDevice, w: &TransformerBlock<Device>) -> Result<Softmax, CudaError> {
+    let Some((qn, kn)) = &w.qk_norm else {
+        return Ok(Softmax::RunningMax);
+    };
+    let host = |n: &DeviceNorm| -> Result<LayerNorm, CudaError> {
+        Ok(LayerNorm {
+            weight: n
+                .weight
+                .as_ref()
+                .map(|v| dev.stream.clone_dtoh(v))
+                .transpose()?,
+            bias: n
+                .bias
+                .as_ref()
+                .map(|v| dev.stream.clone_dtoh(v))
+                .transpose()?,
+            dim: n.dim,
+            eps: n.eps,
+        })
+    };
+    Ok(ScoreBound::from_qk_norms(&host(qn)?, &host(kn)?).softmax())
 }
 
 /// How a block meets its neighbours in a chain of blocks over the same `x` and scratch: every
@@ -316,6 +347,7 @@ pub fn block_forward(
                     paged_attention_raw(
                         dev,
                         setup.kernel,
+                        Softmax::RunningMax,
                         s.q.slice(rows, tokens * row)?,
                         s.attn.slice(rows, tokens * row)?,
                         &kv,
@@ -337,6 +369,7 @@ pub fn block_forward(
             views,
             rope,
             dense,
+            softmax,
         } => {
             let dest = cache.page_writer(layer, n)?;
             ops::qkv_split_norm_rope_to_pages(dev, s.qkv, s.q, dest, n, heads, norm, rope)?;
@@ -361,6 +394,7 @@ pub fn block_forward(
                 paged_attention_views_raw(
                     dev,
                     setup.kernel,
+                    softmax,
                     s.q,
                     s.attn,
                     &kv,
@@ -379,6 +413,7 @@ pub fn block_forward(
                     paged_attention_raw(
                         dev,
                         setup.kernel,
+                        softmax,
                         s.q.slice(view * rows * row, rows * row)?,
                         s.attn.slice(view * rows * row, rows * row)?,
                         &kv,

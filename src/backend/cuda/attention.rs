@@ -8,6 +8,7 @@ use half::bf16;
 
 use super::arena::DevPtr;
 use super::{CudaDevice, CudaError};
+pub use crate::attention::Softmax;
 use crate::model::spec::HEAD_DIM;
 
 mod table;
@@ -34,14 +35,18 @@ impl AttentionKernel {
     /// Consumer warpgroups of a warp-specialised CTA, 64 query rows each (`NC` of its
     /// `WS_ENTRY`); the portable kernel's 4 warps cover 128 rows too.
     fn consumers(self) -> usize {
-        if self == Self::WgmmaWsM256 { 4 } else { 2 }
+        if matches!(self, Self::WgmmaWsM256 | Self::WgmmaWsM256Bounded) {
+            4
+        } else {
+            2
+        }
     }
 
     /// Keys per K/V tile (`BN` of the warp-specialised kernels' `WS_ENTRY`).
     fn key_tile(self) -> usize {
         match self {
             Self::MmaSync => BLOCK_N,
-            Self::WgmmaWsM256 => 64,
+            Self::WgmmaWsM256 | Self::WgmmaWsM256Bounded => 64,
             Self::WgmmaWs => 128,
             Self::WgmmaWsN192 => 192,
         }
@@ -80,7 +85,7 @@ impl AttentionKernel {
             // The ring (six stages of 128-key K and V tiles, four of 192, twelve of 64) and a
             // full and an empty mbarrier per stage: 209 KB with two consumers' Q, 225 KB with
             // four's (one CTA per SM).
-            Self::WgmmaWs | Self::WgmmaWsN192 | Self::WgmmaWsM256 => {
+            Self::WgmmaWs | Self::WgmmaWsN192 | Self::WgmmaWsM256 | Self::WgmmaWsM256Bounded => {
                 q + WS_RING_BYTES + ALIGN_SLACK + self.ws_stages() * 2 * 8
             }
         };
@@ -96,11 +101,24 @@ impl AttentionKernel {
             .collect()
     }
 
-    /// The kernel used by default: the four-consumer wgmma kernel on Hopper (H200, one call,
-    /// 72/72: 0.671 ms against WgmmaWsN192's 0.703; 72/10000: 1.197 against 1.271; whole model
-    /// 23.73-23.86 ms a frame against 24.39-24.54), else mma.sync.
+    /// The entry point a launch with `softmax` runs, and the offset it passes: the bounded
+    /// kernel takes a fixed offset where the caller has one and is [`Self::WgmmaWsM256`]
+    /// otherwise (the running maximum is right for any scores); every other kernel runs its
+    /// online softmax whatever the caller knows.
+    fn launch_entry(self, softmax: Softmax) -> (&'static str, f32) {
+        match (self, softmax) {
+            (Self::WgmmaWsM256Bounded, Softmax::FixedOffset(offset)) => (self.entry(), offset),
+            (Self::WgmmaWsM256Bounded, Softmax::RunningMax) => (Self::WgmmaWsM256.entry(), 0.0),
+            _ => (self.entry(), 0.0),
+        }
+    }
+
+    /// The kernel used by default: the four-consumer wgmma kernel on Hopper, with a fixed
+    /// softmax offset where the caller bounds the scores (H200, 72/72: 0.566 ms against 0.658
+    /// with the running maximum; whole model 21.74-21.80 ms a frame against 23.73), else
+    /// mma.sync. The four consumers against WgmmaWsN192's two: 0.671 against 0.703 ms at 72/72.
     pub fn best_for(dev: &CudaDevice) -> Self {
-        [Self::WgmmaWsM256]
+        [Self::WgmmaWsM256Bounded, Self::WgmmaWsM256]
             .into_iter()
             .find(|k| dev.kernels.has(k.entry()))
             .unwrap_or(Self::MmaSync)
@@ -124,6 +142,8 @@ pub struct AttentionOptions {
     pub splits: Option<usize>,
     /// None: [`AttentionKernel::best_for`].
     pub kernel: Option<AttentionKernel>,
+    /// What the caller knows of the scores (read by [`AttentionKernel::WgmmaWsM256Bounded`]).
+    pub softmax: Softmax,
 }
 
 /// How many key splits to use: the largest count that still fits all CTAs in one wave, so a
@@ -267,6 +287,7 @@ pub fn paged_attention(
     paged_attention_raw(
         dev,
         kernel,
+        opts.softmax,
         DevPtr::of(q),
         DevPtr::of(&*out),
         &raw,
@@ -329,6 +350,7 @@ impl RawWorkspace {
 pub fn paged_attention_raw(
     dev: &CudaDevice,
     kernel: AttentionKernel,
+    softmax: Softmax,
     q: DevPtr<bf16>,
     out: DevPtr<bf16>,
     kv: &RawPagedKv,
@@ -341,7 +363,9 @@ pub fn paged_attention_raw(
         count: 1,
         stride: 0,
     };
-    paged_attention_views_raw(dev, kernel, q, out, kv, one, lq, heads, n_splits, ws)
+    paged_attention_views_raw(
+        dev, kernel, softmax, q, out, kv, one, lq, heads, n_splits, ws,
+    )
 }
 
 /// Several sets of queries in one launch, each over its own page table (the two frames of a
@@ -359,6 +383,7 @@ pub struct KeyViews {
 pub fn paged_attention_views_raw(
     dev: &CudaDevice,
     kernel: AttentionKernel,
+    softmax: Softmax,
     q: DevPtr<bf16>,
     out: DevPtr<bf16>,
     kv: &RawPagedKv,
@@ -404,10 +429,12 @@ pub fn paged_attention_views_raw(
     if lq == 0 {
         return Ok(());
     }
+    let (entry, offset_log2) = kernel.launch_entry(softmax);
     launch_fwd(
         dev,
         kernel,
-        kernel.entry(),
+        entry,
+        offset_log2,
         q,
         out,
         kv,
@@ -500,6 +527,7 @@ pub fn frame_attention_from_qkv(
         dev,
         AttentionKernel::WgmmaWs,
         QKV_ENTRY,
+        0.0,
         q,
         out,
         &kv,
@@ -512,12 +540,14 @@ pub fn frame_attention_from_qkv(
 }
 
 /// One launch of an attention kernel's entry `entry` (the kernel's own, or a variant with its
-/// launch shape) over `n_splits` key splits.
+/// launch shape) over `n_splits` key splits; `offset_log2` is the fixed softmax offset of the
+/// entries that take one (the others ignore it).
 #[allow(clippy::too_many_arguments)]
 fn launch_fwd(
     dev: &CudaDevice,
     kernel: AttentionKernel,
     entry: &str,
+    offset_log2: f32,
     q: DevPtr<bf16>,
     out: DevPtr<bf16>,
     kv: &RawPagedKv,
@@ -564,11 +594,12 @@ fn launch_fwd(
         .arg(&heads32)
         .arg(&ns32)
         .arg(&scale_log2);
-    // The warp-specialised kernels take the merge tickets (unread with one split; null where
-    // the caller has no workspace) and the stride between the key views' tables last.
+    // The warp-specialised kernels take the softmax offset, the merge tickets (unread with one
+    // split; null where the caller has no workspace) and the stride between the key views'
+    // tables last.
     let tk = ws.tickets.addr();
     if kernel.warp_specialised() {
-        b.arg(&tk).arg(&views.stride);
+        b.arg(&offset_log2).arg(&tk).arg(&views.stride);
     }
     // SAFETY: arguments match the attention kernels' contract; the callers checked the buffer
     // sizes; the table was validated when uploaded.
@@ -579,6 +610,21 @@ fn launch_fwd(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_bounded_kernel_takes_a_fixed_offset() {
+        let fixed = Softmax::FixedOffset(6.0);
+        let bounded = AttentionKernel::WgmmaWsM256Bounded;
+        assert_eq!(bounded.launch_entry(fixed), (bounded.entry(), 6.0));
+        // Without a bound it is the four-consumer kernel with the running maximum.
+        assert_eq!(
+            bounded.launch_entry(Softmax::RunningMax),
+            (AttentionKernel::WgmmaWsM256.entry(), 0.0)
+        );
+        for &kernel in AttentionKernel::ALL.iter().filter(|&&k| k != bounded) {
+            assert_eq!(kernel.launch_entry(fixed), (kernel.entry(), 0.0));
+        }
+    }
 
     #[test]
     fn every_kernel_is_defined_in_a_registered_source() {

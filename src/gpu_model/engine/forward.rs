@@ -170,6 +170,7 @@ impl GpuSession {
                         frame_index: rope_frames,
                     },
                     dense: self.dense,
+                    softmax: self.global_softmax[g],
                 },
                 self.setup,
                 self.sc.gelu,

@@ -24,7 +24,7 @@ use cudarc::driver::{CudaEvent, CudaGraph};
 use half::bf16;
 
 use crate::backend::cuda::arena::{Arena, ArenaPlan, DevPtr};
-use crate::backend::cuda::attention::AttentionKernel;
+use crate::backend::cuda::attention::{AttentionKernel, Softmax};
 use crate::backend::cuda::gemm::{Gemm, SharedChoices, TuneRecord, Tuning};
 use crate::backend::cuda::ops::{self, Rope, RopeTables};
 use crate::backend::cuda::storage::{DeviceModel, DevicePlacement};
@@ -42,7 +42,7 @@ use super::camera_head::GpuCameraHead;
 use super::dpt_head::GpuDptHead;
 use super::transformer::{
     Attend, AttentionSetup, BlockScratch, Chain, DenseScratch, GeluMode, LOCAL_TABLE_WORDS,
-    block_forward, local_tables,
+    block_forward, cache_softmax, local_tables,
 };
 use super::unproject::PointCompactor;
 
@@ -320,6 +320,8 @@ pub struct GpuSession {
     bufs: Buffers,
     dense: Option<DenseScratch>,
     setup: AttentionSetup,
+    /// Each global block's softmax: a fixed offset where its qk-norm bounds the scores.
+    global_softmax: Vec<Softmax>,
     /// The frame-local attention's kernel and splits.
     local_setup: AttentionSetup,
     scale_frames: Option<usize>,
@@ -542,6 +544,22 @@ impl GpuSession {
             kernel,
             sm_count: dev.info.sm_count as usize,
         };
+        let global_softmax = model
+            .weights
+            .aggregator()
+            .global_blocks
+            .iter()
+            .map(|b| cache_softmax(&dev, b))
+            .collect::<Result<Vec<_>, _>>()?;
+        let fixed = global_softmax
+            .iter()
+            .filter(|s| matches!(s, Softmax::FixedOffset(_)))
+            .count();
+        tracing::info!(
+            "global attention: {} with a fixed softmax offset in {fixed} of {} layers",
+            kernel.name(),
+            global_softmax.len()
+        );
         let local_setup = AttentionSetup {
             kernel: match (sc.local_kernel, sc.kernel) {
                 (Some(local), _) => local,
@@ -583,6 +601,7 @@ impl GpuSession {
             bufs,
             dense,
             setup,
+            global_softmax,
             local_setup,
             scale_frames: None,
             graphs: Default::default(),

@@ -59,6 +59,11 @@ attention_kernels! {
     /// latency; 1005 queries are four query tiles, so two key splits fill the GPU. Global
     /// attention's default.
     WgmmaWsM256: name "ws-m256", entry "paged_attention_fwd_sm90_ws_m256", source "paged_attention_sm90_ws";
+    /// [`Self::WgmmaWsM256`] with one softmax offset for all scores instead of a running
+    /// maximum (no maxima, no rescale of the output), for scores the caller has bounded
+    /// ([`crate::attention::ScoreBound`]): the global attention's qk-normed q and k. A launch
+    /// without a fixed offset runs [`Self::WgmmaWsM256`]. Global attention's default.
+    WgmmaWsM256Bounded: name "ws-m256-bounded", entry "paged_attention_fwd_sm90_ws_m256_fixed", source "paged_attention_sm90_ws";
 }
 
 impl AttentionKernel {
