@@ -51,8 +51,10 @@ pub struct BenchArgs {
     /// Query rows checked against the host reference per case.
     #[arg(long, default_value_t = 24)]
     pub check_rows: usize,
-    /// Attention kernel for the paged and dense rows: auto (ws-m256 on Hopper, else mma), mma,
-    /// ws, ws-n192, ws-m256. Every other kernel the GPU has is also timed, paged, in its own column.
+    /// Attention kernel for the paged and dense rows: auto (ws-m256-bounded on Hopper, else mma),
+    /// mma, ws, ws-n192, ws-m256, ws-m256-bounded (a fixed softmax offset where the scores are
+    /// bounded: qk-normed layers in e2e, the random data's own bound here). Every other kernel
+    /// the GPU has is also timed, paged, in its own column.
     #[arg(long, default_value = "auto")]
     pub kernel: String,
     /// Tokens per page; default exact pages (= patches per frame, 999).
