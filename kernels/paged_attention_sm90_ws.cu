@@ -22,11 +22,12 @@
 // Tiles are stored with the 128-byte swizzle the wgmma descriptors expect (16-byte chunk c of
 // row r at c ^ (r & 7)).
 //
-// Five entry points: paged_attention_fwd_sm90_ws_m256 (four consumers, 256 query rows, 64-key
+// Six entry points: paged_attention_fwd_sm90_ws_m256 (four consumers, 256 query rows, 64-key
 // tiles in twelve stages, setmaxnreg 32/112, a 2-tile copy lag; more consumer warps per SM
 // sub-partition hide more of the softmax's latency), paged_attention_fwd_sm90_ws_m256_fixed (the
 // same with one softmax offset for all scores, from the host's bound on them: no maxima, no
 // rescale; the default for global attention, whose q and k are qk-normed),
+// paged_attention_fwd_sm90_ws_m256_log2 (the same for queries already in the log2 domain, offset 0),
 // paged_attention_fwd_sm90_ws_n192 (192-key tiles in four stages, setmaxnreg 40/232, a 1-tile
 // copy lag),
 // paged_attention_fwd_sm90_ws (128-key tiles in six stages, no setmaxnreg, a 2-tile lag: the
@@ -265,8 +266,15 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
 // s[4 j + 2 hf + e]). Part 1 (S only): mask, new row maxima, s := P in f32, row sums, and the
 // factor corr[hf] by which O must be rescaled. Reductions are trees: with only two consumer warps
 // per SM sub-partition, the dependent-latency chain is what the softmax's time is made of.
-// FIX: every score is offset by the same row_max (the host's offset_log2), corr is 1.
-template <int BN, bool FIX>
+// SM_FIXED / SM_LOG2: every score is offset by the same row_max (the host's offset_log2; 0 with
+// SM_LOG2), corr is 1.
+// Softmax modes (SM): the running row maximum; one offset for all scores; queries already in the
+// log2 domain (multiplied by log2(e)/8 by the caller) and no offset.
+#define SM_RUNNING 0
+#define SM_FIXED 1
+#define SM_LOG2 2
+
+template <int BN, int SM>
 __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* row_sum,
     float* corr, u32 lane, u32 t0, u32 kv_end, float scale_log2) {
     constexpr int NJ = BN / 8;
@@ -279,18 +287,21 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
                 if (t0 + col >= kv_end) s[j * 4 + e] = NEG_INF;
             }
     }
-    if constexpr (FIX) {
+    if constexpr (SM != SM_RUNNING) {
         // A fixed offset (row_max holds it and never moves): no maxima, no rescale of O. The
         // host chose it from a bound on the scores (src/attention/score_bound.rs), so every
-        // p <= 2^64 and each row's largest p >= 2^-100.
+        // p <= 2^64 and each row's largest p >= 2^-100. With log2-domain queries and offset 0
+        // the score is the exponent itself.
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             const float m = row_max[hf];
             float sum4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-                const float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m));
-                const float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m));
+                const float e0 = SM == SM_LOG2 ? s[j * 4 + hf * 2] : fmaf(s[j * 4 + hf * 2], scale_log2, -m);
+                const float e1 = SM == SM_LOG2 ? s[j * 4 + hf * 2 + 1] : fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m);
+                const float p0 = fast_exp2(e0);
+                const float p1 = fast_exp2(e1);
                 s[j * 4 + hf * 2] = p0;
                 s[j * 4 + hf * 2 + 1] = p1;
                 sum4[j & 3] += p0 + p1;
@@ -331,9 +342,9 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
 
 // Part 2 (once O += P V of the previous tile has completed): rescale O, pack P to bf16 for the
 // next P V (the m64k16 A-fragment layout: rows g / g + 8, columns 16 kc + 2 (lane & 3) (+ 8)).
-template <int BN, bool FIX>
+template <int BN, int SM>
 __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u32 (*p)[4], const float* corr) {
-    if constexpr (!FIX) {
+    if constexpr (SM == SM_RUNNING) {
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             // Once the running maximum settles most tiles move no row's maximum (corr == 1
@@ -357,7 +368,7 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
 }
 
 // ---- consumer warpgroup c (0 .. NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
-template <int BN, bool QKV, u32 NC, bool FIX>
+template <int BN, bool QKV, u32 NC, int SM>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, u32* __restrict__ tickets, u32 lq,
     u32 heads, u32 n_splits, float scale_log2, float offset_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
@@ -390,7 +401,8 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 #pragma unroll
         for (int i = 0; i < 4; ++i) p[kc][i] = 0u;
     // With a fixed offset the "maximum" is that offset from the start (and in the LSE).
-    float row_max[2] = {FIX ? offset_log2 : NEG_INF, FIX ? offset_log2 : NEG_INF};
+    const float m0 = SM == SM_RUNNING ? NEG_INF : SM == SM_LOG2 ? 0.f : offset_log2;
+    float row_max[2] = {m0, m0};
     float row_sum[2] = {0.f, 0.f};
     const u32 sq_wg = smem_addr(sq) + c * 64 * 128;
     const u32 skv0 = smem_addr(skv);
@@ -416,8 +428,8 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
         named_arrive(other_turn, 256);
         wgmma_wait<0>();
         fence_regs<BN / 2>(s);
-        ws_softmax_exp<BN, FIX>(s, row_max, row_sum, corr, lane, kv_begin, kv_end, scale_log2);
-        ws_rescale_pack<BN, FIX>(s, o_acc, p, corr);
+        ws_softmax_exp<BN, SM>(s, row_max, row_sum, corr, lane, kv_begin, kv_end, scale_log2);
+        ws_rescale_pack<BN, SM>(s, o_acc, p, corr);
 
         // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
         // tile j-1. The exponentials of S(j) run while P(j-1) V(j-1) is still on the tensor cores
@@ -443,12 +455,12 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             named_arrive(other_turn, 256);
             wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
             fence_regs<BN / 2>(s);
-            ws_softmax_exp<BN, FIX>(s, row_max, row_sum, corr, lane, kv_begin + j * BN, kv_end, scale_log2);
+            ws_softmax_exp<BN, SM>(s, row_max, row_sum, corr, lane, kv_begin + j * BN, kv_end, scale_log2);
             wgmma_wait<0>();
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
             mbar_arrive(bar_empty + prev * 8);
-            ws_rescale_pack<BN, FIX>(s, o_acc, p, corr);
+            ws_rescale_pack<BN, SM>(s, o_acc, p, corr);
         }
 
         // Last section: O += P(n-1) V(n-1).
@@ -572,7 +584,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 // follow view 0's (lq rows each), and its page table is view_stride u32 after view 0's (its
 // n_pages, indices and cum alike): the two frames of a two-frame step, each over its own keys,
 // in one launch. One view (grid.z = heads) reads none of it.
-template <int BN, bool REGS, int LAG, bool QKV, u32 NC, bool FIX>
+template <int BN, bool REGS, int LAG, bool QKV, u32 NC, int SM>
 __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, const u16* __restrict__ pool,
     u32 page_size, const u32* __restrict__ indices, const u32* __restrict__ cum,
@@ -641,7 +653,7 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     } else {
         if constexpr (REGS && NC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         if constexpr (REGS && NC == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;\n" ::: "memory");
-        ws_consumer<BN, QKV, NC, FIX>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, offset_log2, sq, skv,
+        ws_consumer<BN, QKV, NC, SM>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, offset_log2, sq, skv,
             bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
     }
 }
@@ -649,29 +661,32 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 // Smem: 1024 (alignment slack) + NC x 8 KB Q + STAGES x (2 x BN x 128 B) K/V + 2 x STAGES
 // mbarriers. NC consumer warpgroups + 1 producer: (NC + 1) x 128 threads, one CTA per SM.
 // The host names each entry point once more, in src/backend/cuda/attention/table.rs.
-#define WS_ENTRY(NAME, BN, REGS, LAG, QKV, NC, FIX)                                                \
+#define WS_ENTRY(NAME, BN, REGS, LAG, QKV, NC, SM)                                                 \
     extern "C" __global__ void __launch_bounds__(((NC) + 1) * 128, 1) NAME(                       \
         const u16* __restrict__ q, u16* __restrict__ out, float* __restrict__ part_o,             \
         float* __restrict__ part_lse, const u16* __restrict__ pool, u32 page_size,                \
         const u32* __restrict__ indices, const u32* __restrict__ cum,                             \
         const u32* __restrict__ n_pages_ptr, u32 lq, u32 heads, u32 n_splits, float scale_log2,   \
         float offset_log2, u32* __restrict__ tickets, u32 view_stride) {                          \
-        ws_body<BN, REGS, LAG, QKV, NC, FIX>(q, out, part_o, part_lse, pool, page_size, indices,  \
+        ws_body<BN, REGS, LAG, QKV, NC, SM>(q, out, part_o, part_lse, pool, page_size, indices,  \
             cum, n_pages_ptr, lq, heads, n_splits, scale_log2, offset_log2, tickets, view_stride);\
     }
 
 // 128-key tiles (six stages), 2-tile copy lag: frame-local attention's default.
-WS_ENTRY(paged_attention_fwd_sm90_ws, 128, false, 2, false, 2, false)
+WS_ENTRY(paged_attention_fwd_sm90_ws, 128, false, 2, false, 2, SM_RUNNING)
 // 192-key tiles (four stages), setmaxnreg, 1-tile copy lag.
-WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, 1, false, 2, false)
+WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, 1, false, 2, SM_RUNNING)
 // paged_attention_fwd_sm90_ws reading a q/k/v GEMM's output (WsLayout): DINO's frame-local
 // attention, whose q/k/v need no norm or rotation, without the split kernel.
-WS_ENTRY(paged_attention_fwd_sm90_ws_qkv, 128, false, 2, true, 2, false)
+WS_ENTRY(paged_attention_fwd_sm90_ws_qkv, 128, false, 2, true, 2, SM_RUNNING)
 // Four consumer warpgroups (256 query rows), 64-key tiles in twelve stages, setmaxnreg 32/112,
 // 2-tile copy lag: global attention's default.
-WS_ENTRY(paged_attention_fwd_sm90_ws_m256, 64, true, 2, false, 4, false)
+WS_ENTRY(paged_attention_fwd_sm90_ws_m256, 64, true, 2, false, 4, SM_RUNNING)
 
 // The same with the softmax's offset fixed (offset_log2) instead of a running maximum: for
 // scores the host has bounded (the global attention's qk-normed q and k). No maxima, no O
 // rescale: 0.566 against 0.658 ms at 72/72 (H200, docs/cuda.md).
-WS_ENTRY(paged_attention_fwd_sm90_ws_m256_fixed, 64, true, 2, false, 4, true)
+WS_ENTRY(paged_attention_fwd_sm90_ws_m256_fixed, 64, true, 2, false, 4, SM_FIXED)
+// And for queries the caller multiplied by log2(e)/8 (folded into the q-norm's parameters) with
+// offset 0: the score is the exponent, no multiply-add an element (about 4 % of the kernel).
+WS_ENTRY(paged_attention_fwd_sm90_ws_m256_log2, 64, true, 2, false, 4, SM_LOG2)

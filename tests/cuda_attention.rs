@@ -12,7 +12,9 @@ use streamrecon::backend::cuda::{
     AttentionKernel, AttentionOptions, AttentionWorkspace, CudaDevice, DenseBaseline,
     DeviceKvCache, KvGeometry, PageTableUpload,
 };
-use streamrecon::backend::reference::{HostPagedKv, paged_attention_rows, relative_error};
+use streamrecon::backend::reference::{
+    HostPagedKv, paged_attention_rows, paged_attention_rows_scaled, relative_error,
+};
 use streamrecon::kvcache::{KvBuf, PagePlan};
 
 const D: usize = streamrecon::model::spec::HEAD_DIM;
@@ -69,9 +71,25 @@ fn run_case(
     kernel: AttentionKernel,
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
-    run_rounds(dev, case, kernel, seed, DATA_SCALE, &[case.splits])
-        .pop()
-        .unwrap()
+    run_rounds(
+        dev,
+        case,
+        kernel,
+        seed,
+        DATA_SCALE,
+        &Queries::Plain,
+        &[case.splits],
+    )
+    .pop()
+    .unwrap()
+}
+
+/// What the queries of a run are, and so which softmax it asks for.
+enum Queries {
+    /// Plain queries: the softmax their data's bound allows (`data_softmax`).
+    Plain,
+    /// Queries already in the log2 domain (the reference takes `q·k · ln 2`), with this softmax.
+    Log2(Softmax),
 }
 
 /// Queries, keys and values uniform in `[-DATA_SCALE, DATA_SCALE)`.
@@ -98,6 +116,7 @@ fn run_rounds(
     kernel: AttentionKernel,
     seed: u64,
     data_scale: f32,
+    queries: &Queries,
     rounds: &[Option<usize>],
 ) -> Vec<(Vec<f32>, Vec<f32>)> {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -139,7 +158,10 @@ fn run_rounds(
     for &splits in rounds {
         let q_host = random_bf16(&mut rng, n, data_scale);
         let q = dev.stream.clone_htod(&q_host).unwrap();
-        let softmax = data_softmax(&q_host, &pool);
+        let (softmax, ref_scale) = match queries {
+            Queries::Plain => (data_softmax(&q_host, &pool), 1.0 / (D as f64).sqrt()),
+            Queries::Log2(softmax) => (*softmax, std::f64::consts::LN_2),
+        };
         let kv = PagedKv {
             pool: cache.pool(0).unwrap().as_view(),
             page_size: case.page_size as u32,
@@ -165,7 +187,7 @@ fn run_rounds(
         .unwrap();
         let got = common::bf16_to_host_f32(dev, &out);
         let rows: Vec<usize> = (0..case.lq).collect();
-        let reference = paged_attention_rows(
+        let reference = paged_attention_rows_scaled(
             &q_host,
             &HostPagedKv {
                 pool: &pool,
@@ -176,6 +198,7 @@ fn run_rounds(
                 page_lens: &page_lens,
             },
             &rows,
+            ref_scale,
         );
         results.push((got, reference));
     }
@@ -199,9 +222,10 @@ fn split_merges_are_right_launch_after_launch() {
     };
     let rounds = [Some(2), Some(2), Some(3), Some(1), Some(4), Some(2)];
     for kernel in AttentionKernel::available(&dev) {
-        for (i, (got, reference)) in run_rounds(&dev, &case, kernel, 7, DATA_SCALE, &rounds)
-            .iter()
-            .enumerate()
+        for (i, (got, reference)) in
+            run_rounds(&dev, &case, kernel, 7, DATA_SCALE, &Queries::Plain, &rounds)
+                .iter()
+                .enumerate()
         {
             let err = relative_error(got, reference);
             eprintln!(
@@ -246,9 +270,10 @@ fn fixed_softmax_offset_is_as_accurate_as_the_running_maximum() {
             "data scale {scale}: {softmax:?}, the bound admits no fixed offset"
         );
         let err = |kernel| {
-            let (got, reference) = run_rounds(&dev, &case, kernel, seed, scale, &[None])
-                .pop()
-                .unwrap();
+            let (got, reference) =
+                run_rounds(&dev, &case, kernel, seed, scale, &Queries::Plain, &[None])
+                    .pop()
+                    .unwrap();
             relative_error(&got, &reference)
         };
         let (online, fixed) = (
@@ -262,6 +287,47 @@ fn fixed_softmax_offset_is_as_accurate_as_the_running_maximum() {
             fixed <= (1.5 * online).max(3e-3),
             "data scale {scale} ({softmax:?}): rel err {fixed} against {online} with the running maximum"
         );
+    }
+}
+
+/// Queries already in the log2 domain (the model folds log2(e)/8 into the global blocks'
+/// q-norm): the bounded kernel's own entry for offset 0, its fixed-offset entry with an offset,
+/// and every other kernel (their online softmax with the scale 1) against the f64 softmax of
+/// `2^(q·k)`, with one key split and several.
+#[test]
+fn log2_domain_queries_match_the_reference() {
+    let Some(dev) = device() else { return };
+    let case = Case {
+        heads: 16,
+        lq: 300,
+        page_size: 999,
+        pages: vec![(2, 999), (0, 999), (1, 407)],
+        splits: None,
+    };
+    // Values in [-1, 1): vectors of 64 are shorter than 8, so |q·k| < 64 and offset 0 holds
+    // (as the bound of the test below would say; here the scores are the exponents).
+    let scale = 1.0;
+    for kernel in AttentionKernel::available(&dev) {
+        let offsets: &[f32] = if kernel == AttentionKernel::WgmmaWsM256Bounded {
+            &[0.0, 6.0]
+        } else {
+            &[0.0]
+        };
+        for &offset in offsets {
+            let queries = Queries::Log2(Softmax::Log2Queries { offset });
+            for (i, (got, reference)) in
+                run_rounds(&dev, &case, kernel, 21, scale, &queries, &[None, Some(3)])
+                    .iter()
+                    .enumerate()
+            {
+                let err = relative_error(got, reference);
+                eprintln!("{kernel:?} log2 queries, offset {offset}, round {i}: rel err {err:.2e}");
+                assert!(
+                    err <= 3e-3,
+                    "{kernel:?} log2 queries, offset {offset}, round {i}: relative error {err}"
+                );
+            }
+        }
     }
 }
 

@@ -14,7 +14,7 @@ mod tile;
 pub use cpu_cache::{AttentionLayout, CpuKvCache, LayerKvState};
 pub use dense::{DenseKvStore, dense_attention};
 pub use paged::{PagedLayer, paged_attention};
-pub use score_bound::{ScoreBound, Softmax};
+pub use score_bound::{ScoreBound, Softmax, log2_query_scale};
 
 use crate::kvcache::CacheError;
 

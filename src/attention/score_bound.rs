@@ -36,6 +36,29 @@ pub enum Softmax {
     /// scores within `[offset - MAX_BELOW_OFFSET, offset + MAX_ABOVE_OFFSET]`
     /// ([`ScoreBound::softmax`] chooses it so).
     FixedOffset(f32),
+    /// [`Self::FixedOffset`] for queries the caller already multiplied by
+    /// [`log2_query_scale`] (folded into their norm's parameters): the product `q·k` is the
+    /// score in the log2 domain, and with offset 0 it is the exponent itself.
+    Log2Queries { offset: f32 },
+}
+
+impl Softmax {
+    /// The same softmax for queries multiplied by [`log2_query_scale`] (a running maximum
+    /// stays one: only fixed offsets gain from such queries).
+    pub fn for_log2_queries(self) -> Self {
+        match self {
+            Self::FixedOffset(offset) | Self::Log2Queries { offset } => {
+                Self::Log2Queries { offset }
+            }
+            Self::RunningMax => Self::RunningMax,
+        }
+    }
+}
+
+/// What multiplies a query so that its product with a key is the score in the log2 domain:
+/// `log2(e) / √head_dim`.
+pub fn log2_query_scale(head_dim: usize) -> f32 {
+    std::f32::consts::LOG2_E / (head_dim as f32).sqrt()
 }
 
 /// `max |q·k| · scale · log2(e)` over every query and key a layer can meet: its scores in the
@@ -125,6 +148,16 @@ mod tests {
         assert_eq!(at(82.5), Softmax::RunningMax);
         assert_eq!(at(f32::INFINITY), Softmax::RunningMax);
         assert_eq!(at(f32::NAN), Softmax::RunningMax);
+    }
+
+    #[test]
+    fn log2_queries_keep_the_offset() {
+        assert_eq!(
+            Softmax::FixedOffset(6.0).for_log2_queries(),
+            Softmax::Log2Queries { offset: 6.0 }
+        );
+        assert_eq!(Softmax::RunningMax.for_log2_queries(), Softmax::RunningMax);
+        assert!((log2_query_scale(64) - 0.180_336_88).abs() < 1e-7);
     }
 
     #[test]

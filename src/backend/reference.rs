@@ -40,8 +40,18 @@ impl HostPagedKv<'_> {
 /// Attention output `[rows.len()][heads][head_dim]` (f32) for the query rows `rows` of
 /// `q: [lq][heads][head_dim]`, scale 1/sqrt(head_dim), no mask. Zero where no key is visible.
 pub fn paged_attention_rows(q: &[bf16], kv: &HostPagedKv<'_>, rows: &[usize]) -> Vec<f32> {
+    paged_attention_rows_scaled(q, kv, rows, 1.0 / (kv.head_dim as f64).sqrt())
+}
+
+/// [`paged_attention_rows`] with the scores `q·k · scale` (`ln 2` for queries already in the
+/// log2 domain, whose softmax is `2^(q·k)` normalised).
+pub fn paged_attention_rows_scaled(
+    q: &[bf16],
+    kv: &HostPagedKv<'_>,
+    rows: &[usize],
+    scale: f64,
+) -> Vec<f32> {
     let (heads, d) = (kv.heads, kv.head_dim);
-    let scale = 1.0 / (d as f64).sqrt();
     let jobs: Vec<(usize, usize)> = rows
         .iter()
         .flat_map(|&r| (0..heads).map(move |h| (r, h)))

@@ -15,7 +15,7 @@ use crate::backend::cuda::gemm::{Epilogue, Gemm};
 use crate::backend::cuda::ops::{self, LnOut, PagedKvDest, QkNorm, Rope, RowCopy};
 use crate::backend::cuda::{CudaDevice, CudaError, DeviceKvCache};
 
-use crate::attention::ScoreBound;
+use crate::attention::{ScoreBound, log2_query_scale};
 use crate::backend::cuda::storage::{Device, DeviceNorm};
 use crate::model::block::TransformerBlock;
 use crate::model::ops::norm::LayerNorm;
@@ -125,8 +125,8 @@ pub enum Attend<'a> {
         rope: Rope<'a>,
         /// The dense baseline: the visible keys are first concatenated into this buffer.
         dense: Option<DenseScratch>,
-        /// The layer's softmax: a fixed offset where its scores are bounded (qk-norm).
-        softmax: Softmax,
+        /// The layer's softmax (a fixed offset where its scores are bounded) and its queries.
+        attention: &'a CacheAttention,
     },
 }
 
@@ -168,30 +168,79 @@ impl AttentionSetup {
     }
 }
 
-/// The softmax block `w`'s attention over the cache may use: a fixed offset where its qk-norm
-/// bounds the scores ([`ScoreBound`]), else the running maximum. Reads the norms back from the
-/// device (a sync: for session setup, not for a step).
-pub fn cache_softmax(dev: &CudaDevice, w: &TransformerBlock<Device>) -> Result<Softmax, CudaError> {
-    let Some((qn, kn)) = &w.qk_norm else {
-        return Ok(Softmax::RunningMax);
-    };
-    let host = |n: &DeviceNorm| -> Result<LayerNorm, CudaError> {
-        Ok(LayerNorm {
-            weight: n
-                .weight
-                .as_ref()
-                .map(|v| dev.stream.clone_dtoh(v))
-                .transpose()?,
-            bias: n
-                .bias
-                .as_ref()
-                .map(|v| dev.stream.clone_dtoh(v))
-                .transpose()?,
-            dim: n.dim,
-            eps: n.eps,
+/// How a block's attention over the cache runs: its softmax, and, where that softmax takes
+/// log2-domain queries, the q-norm's parameters multiplied by `log2(e)/√d` (the q/k/v split then
+/// writes queries whose product with a key is the score in the log2 domain: one rounding to
+/// bf16, as before, and nothing left for the kernel to multiply).
+pub struct CacheAttention {
+    pub softmax: Softmax,
+    log2_q_norm: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+}
+
+impl CacheAttention {
+    /// The running maximum, the block's own q-norm.
+    pub fn running_max() -> Self {
+        Self {
+            softmax: Softmax::RunningMax,
+            log2_q_norm: None,
+        }
+    }
+
+    /// For block `w` attending with `kernel`: a fixed offset where its qk-norm bounds the scores
+    /// ([`ScoreBound`]) and the kernel takes one (log2-domain queries where it is the bounded
+    /// kernel), else the running maximum. Reads the norms back from the device and uploads the
+    /// scaled ones (syncs: for session setup, not for a step).
+    pub fn for_block(
+        dev: &CudaDevice,
+        w: &TransformerBlock<Device>,
+        kernel: AttentionKernel,
+    ) -> Result<Self, CudaError> {
+        let Some((qn, kn)) = &w.qk_norm else {
+            return Ok(Self::running_max());
+        };
+        let host = |n: &DeviceNorm| -> Result<LayerNorm, CudaError> {
+            Ok(LayerNorm {
+                weight: n
+                    .weight
+                    .as_ref()
+                    .map(|v| dev.stream.clone_dtoh(v))
+                    .transpose()?,
+                bias: n
+                    .bias
+                    .as_ref()
+                    .map(|v| dev.stream.clone_dtoh(v))
+                    .transpose()?,
+                dim: n.dim,
+                eps: n.eps,
+            })
+        };
+        let q_host = host(qn)?;
+        let softmax = ScoreBound::from_qk_norms(&q_host, &host(kn)?).softmax();
+        if kernel != AttentionKernel::WgmmaWsM256Bounded
+            || !matches!(softmax, Softmax::FixedOffset(_))
+        {
+            return Ok(Self {
+                softmax,
+                log2_q_norm: None,
+            });
+        }
+        let c = log2_query_scale(w.head_dim);
+        let scaled = |v: Option<Vec<f32>>, default: f32| -> Result<CudaSlice<f32>, CudaError> {
+            let v: Vec<f32> = v
+                .unwrap_or_else(|| vec![default; q_host.dim])
+                .iter()
+                .map(|x| x * c)
+                .collect();
+            Ok(dev.stream.clone_htod(&v)?)
+        };
+        Ok(Self {
+            softmax: softmax.for_log2_queries(),
+            log2_q_norm: Some((
+                scaled(q_host.weight.clone(), 1.0)?,
+                scaled(q_host.bias.clone(), 0.0)?,
+            )),
         })
-    };
-    Ok(ScoreBound::from_qk_norms(&host(qn)?, &host(kn)?).softmax())
+    }
 }
 
 /// How a block meets its neighbours in a chain of blocks over the same `x` and scratch: every
@@ -275,12 +324,24 @@ pub fn block_forward(
         c,
         Epilogue::Bias,
     )?;
+    // Queries in the log2 domain take the q-norm's scaled parameters.
+    let log2_q_norm = match &attend {
+        Attend::Cache { attention, .. } => attention.log2_q_norm.as_ref(),
+        Attend::WithinFrames { .. } => None,
+    };
     let norm = match &w.qk_norm {
         Some((qn, kn)) => {
             let missing = || CudaError::Invalid("qk-norm without affine parameters".into());
+            let (q_weight, q_bias) = match log2_q_norm {
+                Some((weight, bias)) => (DevPtr::of(weight), DevPtr::of(bias)),
+                None => (
+                    qn.weight_ptr().ok_or_else(missing)?,
+                    qn.bias_ptr().ok_or_else(missing)?,
+                ),
+            };
             Some(QkNorm {
-                q_weight: qn.weight_ptr().ok_or_else(missing)?,
-                q_bias: qn.bias_ptr().ok_or_else(missing)?,
+                q_weight,
+                q_bias,
                 k_weight: kn.weight_ptr().ok_or_else(missing)?,
                 k_bias: kn.bias_ptr().ok_or_else(missing)?,
                 eps: qn.eps,
@@ -369,8 +430,9 @@ pub fn block_forward(
             views,
             rope,
             dense,
-            softmax,
+            attention,
         } => {
+            let softmax = attention.softmax;
             let dest = cache.page_writer(layer, n)?;
             ops::qkv_split_norm_rope_to_pages(dev, s.qkv, s.q, dest, n, heads, norm, rope)?;
             if views == 0 || !n.is_multiple_of(views) || (views > 1 && dense.is_some()) {

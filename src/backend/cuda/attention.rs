@@ -9,10 +9,15 @@ use half::bf16;
 use super::arena::DevPtr;
 use super::{CudaDevice, CudaError};
 pub use crate::attention::Softmax;
+use crate::attention::log2_query_scale;
 use crate::model::spec::HEAD_DIM;
 
 mod table;
 pub use table::AttentionKernel;
+
+/// The bounded kernel's entry for queries in the log2 domain with offset 0 (loaded beside the
+/// table's entries).
+const LOG2_QUERIES_ENTRY: &str = "paged_attention_fwd_sm90_ws_m256_log2";
 
 /// Keys per tile, in every kernel.
 pub const BLOCK_N: usize = 64;
@@ -101,15 +106,29 @@ impl AttentionKernel {
             .collect()
     }
 
-    /// The entry point a launch with `softmax` runs, and the offset it passes: the bounded
-    /// kernel takes a fixed offset where the caller has one and is [`Self::WgmmaWsM256`]
-    /// otherwise (the running maximum is right for any scores); every other kernel runs its
-    /// online softmax whatever the caller knows.
-    fn launch_entry(self, softmax: Softmax) -> (&'static str, f32) {
+    /// The entry point a launch with `softmax` runs, the factor it puts on `q·k` to reach the
+    /// log2 domain, and its fixed offset: the bounded kernel takes a fixed offset where the
+    /// caller has one (its log2-domain entry where the queries come scaled and the offset is 0)
+    /// and is [`Self::WgmmaWsM256`] otherwise (the running maximum is right for any scores);
+    /// every other kernel runs its online softmax whatever the caller knows, on scaled queries
+    /// as on plain ones.
+    fn launch_entry(self, softmax: Softmax) -> (&'static str, f32, f32) {
+        let plain = log2_query_scale(HEAD_DIM);
         match (self, softmax) {
-            (Self::WgmmaWsM256Bounded, Softmax::FixedOffset(offset)) => (self.entry(), offset),
-            (Self::WgmmaWsM256Bounded, Softmax::RunningMax) => (Self::WgmmaWsM256.entry(), 0.0),
-            _ => (self.entry(), 0.0),
+            (Self::WgmmaWsM256Bounded, Softmax::FixedOffset(offset)) => {
+                (self.entry(), plain, offset)
+            }
+            (Self::WgmmaWsM256Bounded, Softmax::Log2Queries { offset: 0.0 }) => {
+                (LOG2_QUERIES_ENTRY, 1.0, 0.0)
+            }
+            (Self::WgmmaWsM256Bounded, Softmax::Log2Queries { offset }) => {
+                (self.entry(), 1.0, offset)
+            }
+            (Self::WgmmaWsM256Bounded, Softmax::RunningMax) => {
+                (Self::WgmmaWsM256.entry(), plain, 0.0)
+            }
+            (_, Softmax::Log2Queries { .. }) => (self.entry(), 1.0, 0.0),
+            _ => (self.entry(), plain, 0.0),
         }
     }
 
@@ -429,11 +448,12 @@ pub fn paged_attention_views_raw(
     if lq == 0 {
         return Ok(());
     }
-    let (entry, offset_log2) = kernel.launch_entry(softmax);
+    let (entry, scale_log2, offset_log2) = kernel.launch_entry(softmax);
     launch_fwd(
         dev,
         kernel,
         entry,
+        scale_log2,
         offset_log2,
         q,
         out,
@@ -527,6 +547,7 @@ pub fn frame_attention_from_qkv(
         dev,
         AttentionKernel::WgmmaWs,
         QKV_ENTRY,
+        log2_query_scale(HEAD_DIM),
         0.0,
         q,
         out,
@@ -540,13 +561,14 @@ pub fn frame_attention_from_qkv(
 }
 
 /// One launch of an attention kernel's entry `entry` (the kernel's own, or a variant with its
-/// launch shape) over `n_splits` key splits; `offset_log2` is the fixed softmax offset of the
-/// entries that take one (the others ignore it).
+/// launch shape) over `n_splits` key splits; `scale_log2` takes `q·k` to the log2 domain and
+/// `offset_log2` is the fixed softmax offset of the entries that take one (the others ignore it).
 #[allow(clippy::too_many_arguments)]
 fn launch_fwd(
     dev: &CudaDevice,
     kernel: AttentionKernel,
     entry: &str,
+    scale_log2: f32,
     offset_log2: f32,
     q: DevPtr<bf16>,
     out: DevPtr<bf16>,
@@ -562,7 +584,6 @@ fn launch_fwd(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         kernel.smem_bytes() as i32,
     )?;
-    let scale_log2 = (1.0 / (HEAD_DIM as f32).sqrt()) * std::f32::consts::LOG2_E;
     let (lq32, heads32, ns32) = (lq as u32, heads as u32, n_splits as u32);
     let (qa, oa, po, pl) = (q.addr(), out.addr(), ws.part_o.addr(), ws.part_lse.addr());
     let (pool, idx, cum, np) = (
@@ -613,16 +634,30 @@ mod tests {
 
     #[test]
     fn only_the_bounded_kernel_takes_a_fixed_offset() {
+        let plain = log2_query_scale(HEAD_DIM);
         let fixed = Softmax::FixedOffset(6.0);
         let bounded = AttentionKernel::WgmmaWsM256Bounded;
-        assert_eq!(bounded.launch_entry(fixed), (bounded.entry(), 6.0));
+        assert_eq!(bounded.launch_entry(fixed), (bounded.entry(), plain, 6.0));
+        // Scaled queries: the scale is 1, and offset 0 has its own entry.
+        assert_eq!(
+            bounded.launch_entry(Softmax::Log2Queries { offset: 6.0 }),
+            (bounded.entry(), 1.0, 6.0)
+        );
+        assert_eq!(
+            bounded.launch_entry(Softmax::Log2Queries { offset: 0.0 }),
+            (LOG2_QUERIES_ENTRY, 1.0, 0.0)
+        );
         // Without a bound it is the four-consumer kernel with the running maximum.
         assert_eq!(
             bounded.launch_entry(Softmax::RunningMax),
-            (AttentionKernel::WgmmaWsM256.entry(), 0.0)
+            (AttentionKernel::WgmmaWsM256.entry(), plain, 0.0)
         );
         for &kernel in AttentionKernel::ALL.iter().filter(|&&k| k != bounded) {
-            assert_eq!(kernel.launch_entry(fixed), (kernel.entry(), 0.0));
+            assert_eq!(kernel.launch_entry(fixed), (kernel.entry(), plain, 0.0));
+            assert_eq!(
+                kernel.launch_entry(Softmax::Log2Queries { offset: 0.0 }),
+                (kernel.entry(), 1.0, 0.0)
+            );
         }
     }
 
@@ -654,37 +689,55 @@ mod tests {
         }
     }
 
+    /// The arguments of the `WS_ENTRY` line that defines `entry`:
+    /// `(NAME, BN, REGS, LAG, QKV, NC, SM)`.
+    fn ws_entry_args(source: &'static str, entry: &str) -> Vec<&'static str> {
+        let line = source
+            .lines()
+            .find(|l| l.starts_with(&format!("WS_ENTRY({entry},")))
+            .unwrap_or_else(|| panic!("no WS_ENTRY line for {entry}"));
+        let args: Vec<&str> = line
+            .trim_start_matches("WS_ENTRY(")
+            .trim_end_matches(')')
+            .split(',')
+            .map(str::trim)
+            .collect();
+        assert_eq!(args.len(), 7, "{line}");
+        args
+    }
+
     /// The launch shape the host assumes is the one each `WS_ENTRY` line compiles: its key
     /// tile (the ring's stages, so the shared memory) and its consumer warpgroups (threads and
-    /// query rows).
+    /// query rows); and the softmax each entry the host launches runs.
     #[test]
     fn launch_shapes_match_the_kernel_entries() {
         use crate::backend::cuda::registry::SOURCES;
         for &kernel in AttentionKernel::ALL.iter().filter(|k| k.warp_specialised()) {
             let src = SOURCES.iter().find(|s| s.name == kernel.source()).unwrap();
-            let line = src
-                .source
-                .lines()
-                .find(|l| l.starts_with(&format!("WS_ENTRY({},", kernel.entry())))
-                .unwrap_or_else(|| panic!("{kernel:?}: no WS_ENTRY line"));
-            let args: Vec<&str> = line
-                .trim_start_matches("WS_ENTRY(")
-                .trim_end_matches(')')
-                .split(',')
-                .map(str::trim)
-                .collect();
-            // WS_ENTRY(NAME, BN, REGS, LAG, QKV, NC)
-            assert_eq!(args.len(), 6, "{line}");
-            assert_eq!(
-                args[1],
-                kernel.key_tile().to_string(),
-                "{kernel:?}: key tile"
-            );
-            assert_eq!(
-                args[5],
-                kernel.consumers().to_string(),
-                "{kernel:?}: consumers"
-            );
+            let mut entries = vec![(kernel.entry(), Softmax::RunningMax)];
+            if kernel == AttentionKernel::WgmmaWsM256Bounded {
+                // Its other entry launches with the same shape.
+                entries = vec![
+                    (kernel.entry(), Softmax::FixedOffset(1.0)),
+                    (LOG2_QUERIES_ENTRY, Softmax::Log2Queries { offset: 0.0 }),
+                ];
+            }
+            for (entry, softmax) in entries {
+                let args = ws_entry_args(src.source, entry);
+                assert_eq!(kernel.launch_entry(softmax).0, entry, "{kernel:?}");
+                let mode = match softmax {
+                    Softmax::RunningMax => "SM_RUNNING",
+                    Softmax::FixedOffset(_) => "SM_FIXED",
+                    Softmax::Log2Queries { .. } => "SM_LOG2",
+                };
+                assert_eq!(args[6], mode, "{entry}: softmax");
+                assert_eq!(args[1], kernel.key_tile().to_string(), "{entry}: key tile");
+                assert_eq!(
+                    args[5],
+                    kernel.consumers().to_string(),
+                    "{entry}: consumers"
+                );
+            }
             let stages = match kernel.key_tile() {
                 64 => 12,
                 128 => 6,

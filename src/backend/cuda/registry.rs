@@ -145,8 +145,12 @@ pub const SOURCES: &[KernelSource] = &[
     KernelSource {
         name: "paged_attention_sm90_ws",
         source: include_str!("../../../kernels/paged_attention_sm90_ws.cu"),
-        // Beside the kernels of the attention table: the frame-local one reading q/k/v rows.
-        functions: &["paged_attention_fwd_sm90_ws_qkv"],
+        // Beside the kernels of the attention table: the frame-local one reading q/k/v rows, and
+        // the bounded kernel's form for log2-domain queries.
+        functions: &[
+            "paged_attention_fwd_sm90_ws_qkv",
+            "paged_attention_fwd_sm90_ws_m256_log2",
+        ],
         hopper_only: true,
     },
 ];

@@ -170,7 +170,7 @@ impl GpuSession {
                         frame_index: rope_frames,
                     },
                     dense: self.dense,
-                    softmax: self.global_softmax[g],
+                    attention: &self.global_attention[g],
                 },
                 self.setup,
                 self.sc.gelu,

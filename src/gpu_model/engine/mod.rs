@@ -41,8 +41,8 @@ use crate::model::{ModelConfig, ModelError};
 use super::camera_head::GpuCameraHead;
 use super::dpt_head::GpuDptHead;
 use super::transformer::{
-    Attend, AttentionSetup, BlockScratch, Chain, DenseScratch, GeluMode, LOCAL_TABLE_WORDS,
-    block_forward, cache_softmax, local_tables,
+    Attend, AttentionSetup, BlockScratch, CacheAttention, Chain, DenseScratch, GeluMode,
+    LOCAL_TABLE_WORDS, block_forward, local_tables,
 };
 use super::unproject::PointCompactor;
 
@@ -320,8 +320,9 @@ pub struct GpuSession {
     bufs: Buffers,
     dense: Option<DenseScratch>,
     setup: AttentionSetup,
-    /// Each global block's softmax: a fixed offset where its qk-norm bounds the scores.
-    global_softmax: Vec<Softmax>,
+    /// Each global block's softmax (a fixed offset where its qk-norm bounds the scores) and,
+    /// with it, its queries' scaled norm.
+    global_attention: Vec<CacheAttention>,
     /// The frame-local attention's kernel and splits.
     local_setup: AttentionSetup,
     scale_frames: Option<usize>,
@@ -544,21 +545,21 @@ impl GpuSession {
             kernel,
             sm_count: dev.info.sm_count as usize,
         };
-        let global_softmax = model
+        let global_attention = model
             .weights
             .aggregator()
             .global_blocks
             .iter()
-            .map(|b| cache_softmax(&dev, b))
+            .map(|b| CacheAttention::for_block(&dev, b, kernel))
             .collect::<Result<Vec<_>, _>>()?;
-        let fixed = global_softmax
+        let fixed = global_attention
             .iter()
-            .filter(|s| matches!(s, Softmax::FixedOffset(_)))
+            .filter(|a| a.softmax != Softmax::RunningMax)
             .count();
         tracing::info!(
             "global attention: {} with a fixed softmax offset in {fixed} of {} layers",
             kernel.name(),
-            global_softmax.len()
+            global_attention.len()
         );
         let local_setup = AttentionSetup {
             kernel: match (sc.local_kernel, sc.kernel) {
@@ -601,7 +602,7 @@ impl GpuSession {
             bufs,
             dense,
             setup,
-            global_softmax,
+            global_attention,
             local_setup,
             scale_frames: None,
             graphs: Default::default(),
