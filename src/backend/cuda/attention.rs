@@ -134,8 +134,9 @@ impl AttentionKernel {
 
     /// The kernel used by default: the four-consumer wgmma kernel on Hopper, with a fixed
     /// softmax offset where the caller bounds the scores (H200, 72/72: 0.566 ms against 0.658
-    /// with the running maximum; whole model 21.74-21.80 ms a frame against 23.73), else
-    /// mma.sync. The four consumers against WgmmaWsN192's two: 0.671 against 0.703 ms at 72/72.
+    /// with the running maximum; the whole model 20.6 ms a frame with log2-domain queries
+    /// against 23.3), else mma.sync. The four consumers against WgmmaWsN192's two: 0.671
+    /// against 0.703 ms at 72/72.
     pub fn best_for(dev: &CudaDevice) -> Self {
         [Self::WgmmaWsM256Bounded, Self::WgmmaWsM256]
             .into_iter()
