@@ -99,13 +99,18 @@ const DATA_SCALE: f32 = 2.0;
 /// longest pool vector (keys and values, a bound of the keys) bound every score, as a layer's
 /// qk-norm does in the model.
 fn data_softmax(q: &[bf16], pool: &[bf16]) -> Softmax {
-    let longest = |v: &[bf16]| {
-        v.chunks_exact(D)
-            .map(|h| h.iter().map(|x| x.to_f32() * x.to_f32()).sum::<f32>())
-            .fold(0.0f32, f32::max)
-            .sqrt()
-    };
-    ScoreBound::from_lengths(longest(q), longest(pool), 1.0 / (D as f32).sqrt()).softmax()
+    ScoreBound::from_head_vectors(q, pool, D).softmax()
+}
+
+/// Three pages of 999 slots out of order, the last one partial: 2,405 keys, `lq` queries.
+fn three_pages(lq: usize) -> Case {
+    Case {
+        heads: 16,
+        lq,
+        page_size: 999,
+        pages: vec![(2, 999), (0, 999), (1, 407)],
+        splits: None,
+    }
 }
 
 /// One launch per entry of `rounds` (its split count), each with new random queries, against
@@ -213,13 +218,7 @@ fn run_rounds(
 #[test]
 fn split_merges_are_right_launch_after_launch() {
     let Some(dev) = device() else { return };
-    let case = Case {
-        heads: 16,
-        lq: 1005,
-        page_size: 999,
-        pages: vec![(2, 999), (0, 999), (1, 407)],
-        splits: None,
-    };
+    let case = three_pages(1005);
     let rounds = [Some(2), Some(2), Some(3), Some(1), Some(4), Some(2)];
     for kernel in AttentionKernel::available(&dev) {
         for (i, (got, reference)) in
@@ -252,13 +251,7 @@ fn fixed_softmax_offset_is_as_accurate_as_the_running_maximum() {
         eprintln!("skipping: the bounded kernel is built for Hopper (sm_90a) alone");
         return;
     }
-    let case = Case {
-        heads: 16,
-        lq: 300,
-        page_size: 999,
-        pages: vec![(2, 999), (0, 999), (1, 407)],
-        splits: None,
-    };
+    let case = three_pages(300);
     for (scale, seed) in [(DATA_SCALE, 11), (3.0, 12), (3.6, 13)] {
         // The data run_rounds makes from the same seed: the pool (3 pages), then the queries.
         let mut rng = StdRng::seed_from_u64(seed);
@@ -297,15 +290,9 @@ fn fixed_softmax_offset_is_as_accurate_as_the_running_maximum() {
 #[test]
 fn log2_domain_queries_match_the_reference() {
     let Some(dev) = device() else { return };
-    let case = Case {
-        heads: 16,
-        lq: 300,
-        page_size: 999,
-        pages: vec![(2, 999), (0, 999), (1, 407)],
-        splits: None,
-    };
-    // Values in [-1, 1): vectors of 64 are shorter than 8, so |q·k| < 64 and offset 0 holds
-    // (as the bound of the test below would say; here the scores are the exponents).
+    let case = three_pages(300);
+    // Values in [-1, 1): vectors of 64 are shorter than 8, so |q·k| < 64, the exponents an
+    // offset of 0 allows (here the scores are the exponents).
     let scale = 1.0;
     for kernel in AttentionKernel::available(&dev) {
         let offsets: &[f32] = if kernel == AttentionKernel::WgmmaWsM256Bounded {

@@ -12,6 +12,8 @@
 //! a LayerNorm's normalised vector `n` of `d` values has `|n|² = d · var / (var + eps) ≤ d`, and
 //! `|w ⊙ n + b| ≤ max|w| · √d + |b|`. By Cauchy–Schwarz `|q·k| ≤ |q| |k|`.
 
+use half::bf16;
+
 use crate::model::ops::norm::LayerNorm;
 
 /// The largest exponent a score may reach after the offset: every `p ≤ 2^64`, so a row's sums
@@ -74,6 +76,19 @@ impl ScoreBound {
         Self {
             log2: q_max * k_max * scale * std::f32::consts::LOG2_E * ROUNDING_SLACK,
         }
+    }
+
+    /// For these queries and keys, `head_dim` values a vector (bf16, any layout of whole
+    /// vectors): the longest of each (any superset of the keys, a pool with its values, gives a
+    /// valid bound too). For data without a norm to bound them: benches and tests.
+    pub fn from_head_vectors(q: &[bf16], k: &[bf16], head_dim: usize) -> Self {
+        let longest = |v: &[bf16]| {
+            v.chunks_exact(head_dim)
+                .map(|h| h.iter().map(|x| x.to_f32() * x.to_f32()).sum::<f32>())
+                .fold(0.0f32, f32::max)
+                .sqrt()
+        };
+        Self::from_lengths(longest(q), longest(k), 1.0 / (head_dim as f32).sqrt())
     }
 
     /// For q and k that went through these per-head LayerNorms (then at most a rotation).
@@ -168,6 +183,18 @@ mod tests {
             ScoreBound::from_qk_norms(&n, &n).softmax(),
             Softmax::RunningMax
         );
+    }
+
+    #[test]
+    fn head_vectors_bound_by_their_longest() {
+        // Two 4-wide vectors of lengths 2 and 4 against one of length 3: 4 · 3 / 2 · log2(e).
+        let q: Vec<bf16> = [2.0, 0.0, 0.0, 0.0, 0.0, 4.0, 0.0, 0.0]
+            .map(bf16::from_f32)
+            .to_vec();
+        let k: Vec<bf16> = [0.0, 0.0, 3.0, 0.0].map(bf16::from_f32).to_vec();
+        let bound = ScoreBound::from_head_vectors(&q, &k, 4);
+        let expected = 6.0 * std::f32::consts::LOG2_E * ROUNDING_SLACK;
+        assert!((bound.log2 - expected).abs() < 1e-5, "{}", bound.log2);
     }
 
     proptest! {

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::BenchError;
 use super::cases::{AttentionCase, SCALE_FRAMES, WINDOW};
-use crate::attention::{ScoreBound, Softmax};
+use crate::attention::ScoreBound;
 use crate::backend::cuda::kv::cache_attention;
 use crate::backend::cuda::registry::Origin;
 use crate::backend::cuda::{
@@ -172,18 +172,6 @@ fn fill_random(dev: &CudaDevice, buf: &mut CudaSlice<bf16>, seed: u64) -> Result
     Ok(())
 }
 
-/// The softmax these random queries and keys allow: the longest query and the longest vector of
-/// the pool (keys and values alike, an upper bound of the keys) bound every score.
-fn data_softmax(q: &[bf16], pool: &[bf16]) -> Softmax {
-    let longest = |v: &[bf16]| {
-        v.chunks_exact(HEAD_DIM)
-            .map(|h| h.iter().map(|x| x.to_f32() * x.to_f32()).sum::<f32>())
-            .fold(0.0f32, f32::max)
-            .sqrt()
-    };
-    ScoreBound::from_lengths(longest(q), longest(pool), 1.0 / (HEAD_DIM as f32).sqrt()).softmax()
-}
-
 /// Query rows to check: evenly spaced, always including the first and the last.
 fn sample_rows(n: usize, count: usize) -> Vec<usize> {
     let count = count.clamp(1, n);
@@ -328,7 +316,9 @@ fn attention_case(
     let rows = sample_rows(LQ, bench.check_rows);
     let pool_host = dev.stream.clone_dtoh(cache.pool(0)?)?;
     let q_host = dev.stream.clone_dtoh(&q)?;
-    let softmax = data_softmax(&q_host, &pool_host);
+    // The longest query and pool vector (keys and values, an upper bound of the keys) bound
+    // every score.
+    let softmax = ScoreBound::from_head_vectors(&q_host, &pool_host, HEAD_DIM).softmax();
     let opts = |k: AttentionKernel, splits: Option<usize>| AttentionOptions {
         splits,
         kernel: Some(k),
