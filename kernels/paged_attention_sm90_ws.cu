@@ -261,6 +261,12 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
     for (u32 j = n_tiles > LAG ? n_tiles - LAG : 0; j < n_tiles; ++j) mbar_arrive(bar_full + (j % Ws<BN>::STAGES) * 8);
 }
 
+// Softmax modes (SM): the running row maximum; one offset for all scores; queries already in the
+// log2 domain (multiplied by log2(e)/8 by the caller) and no offset.
+#define SM_RUNNING 0
+#define SM_FIXED 1
+#define SM_LOG2 2
+
 // ---- consumers: online softmax of one S tile -------------------------------------------------
 // s holds this thread's 2 rows x 32 columns of S (row g + 8 hf, column 8 j + 2 (lane & 3) + e at
 // s[4 j + 2 hf + e]). Part 1 (S only): mask, new row maxima, s := P in f32, row sums, and the
@@ -268,12 +274,6 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
 // per SM sub-partition, the dependent-latency chain is what the softmax's time is made of.
 // SM_FIXED / SM_LOG2: every score is offset by the same row_max (the host's offset_log2; 0 with
 // SM_LOG2), corr is 1.
-// Softmax modes (SM): the running row maximum; one offset for all scores; queries already in the
-// log2 domain (multiplied by log2(e)/8 by the caller) and no offset.
-#define SM_RUNNING 0
-#define SM_FIXED 1
-#define SM_LOG2 2
-
 template <int BN, int SM>
 __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* row_sum,
     float* corr, u32 lane, u32 t0, u32 kv_end, float scale_log2) {
@@ -309,34 +309,34 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
             row_sum[hf] += (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]);
             corr[hf] = 1.f;
         }
-        return;
-    }
+    } else {
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        float m8[NJ / 2];
+        for (int hf = 0; hf < 2; ++hf) {
+            float m8[NJ / 2];
 #pragma unroll
-        for (int k = 0; k < NJ / 2; ++k)
-            m8[k] = fmaxf(fmaxf(s[(2 * k) * 4 + hf * 2], s[(2 * k) * 4 + hf * 2 + 1]),
-                          fmaxf(s[(2 * k + 1) * 4 + hf * 2], s[(2 * k + 1) * 4 + hf * 2 + 1]));
+            for (int k = 0; k < NJ / 2; ++k)
+                m8[k] = fmaxf(fmaxf(s[(2 * k) * 4 + hf * 2], s[(2 * k) * 4 + hf * 2 + 1]),
+                              fmaxf(s[(2 * k + 1) * 4 + hf * 2], s[(2 * k + 1) * 4 + hf * 2 + 1]));
 #pragma unroll
-        for (int k = 4; k < NJ / 2; ++k) m8[k & 3] = fmaxf(m8[k & 3], m8[k]);
-        float mx = fmaxf(fmaxf(m8[0], m8[2]), fmaxf(m8[1], m8[3]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // Every tile holds at least one valid key, so m_new is finite.
-        const float m_new = fmaxf(row_max[hf], mx * scale_log2);
-        corr[hf] = fast_exp2(row_max[hf] - m_new);
-        row_max[hf] = m_new;
-        float sum4[4] = {0.f, 0.f, 0.f, 0.f};
+            for (int k = 4; k < NJ / 2; ++k) m8[k & 3] = fmaxf(m8[k & 3], m8[k]);
+            float mx = fmaxf(fmaxf(m8[0], m8[2]), fmaxf(m8[1], m8[3]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            // Every tile holds at least one valid key, so m_new is finite.
+            const float m_new = fmaxf(row_max[hf], mx * scale_log2);
+            corr[hf] = fast_exp2(row_max[hf] - m_new);
+            row_max[hf] = m_new;
+            float sum4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-            const float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_new));
-            const float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new));
-            s[j * 4 + hf * 2] = p0;
-            s[j * 4 + hf * 2 + 1] = p1;
-            sum4[j & 3] += p0 + p1;
+            for (int j = 0; j < NJ; ++j) {
+                const float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_new));
+                const float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new));
+                s[j * 4 + hf * 2] = p0;
+                s[j * 4 + hf * 2 + 1] = p1;
+                sum4[j & 3] += p0 + p1;
+            }
+            row_sum[hf] = row_sum[hf] * corr[hf] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
         }
-        row_sum[hf] = row_sum[hf] * corr[hf] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
     }
 }
 
@@ -680,7 +680,7 @@ WS_ENTRY(paged_attention_fwd_sm90_ws_n192, 192, true, 1, false, 2, SM_RUNNING)
 // attention, whose q/k/v need no norm or rotation, without the split kernel.
 WS_ENTRY(paged_attention_fwd_sm90_ws_qkv, 128, false, 2, true, 2, SM_RUNNING)
 // Four consumer warpgroups (256 query rows), 64-key tiles in twelve stages, setmaxnreg 32/112,
-// 2-tile copy lag: global attention's default.
+// 2-tile copy lag: global attention's kernel for layers whose scores are not bounded.
 WS_ENTRY(paged_attention_fwd_sm90_ws_m256, 64, true, 2, false, 4, SM_RUNNING)
 
 // The same with the softmax's offset fixed (offset_log2) instead of a running maximum: for
