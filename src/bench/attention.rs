@@ -11,14 +11,16 @@ use serde::Serialize;
 
 use super::BenchError;
 use super::cases::{AttentionCase, SCALE_FRAMES, WINDOW};
-use crate::attention::ScoreBound;
+use crate::attention::{ScoreBound, Softmax, log2_query_scale};
 use crate::backend::cuda::kv::cache_attention;
 use crate::backend::cuda::registry::Origin;
 use crate::backend::cuda::{
     AttentionKernel, AttentionOptions, AttentionWorkspace, CudaDevice, CudaError, DenseBaseline,
     DeviceInfo, DeviceKvCache, KvGeometry,
 };
-use crate::backend::reference::{HostPagedKv, paged_attention_rows, relative_error};
+use crate::backend::reference::{
+    HostPagedKv, paged_attention_rows, paged_attention_rows_scaled, relative_error,
+};
 use crate::kvcache::{CacheConfig, PageTable, StepKind, StorageDtype};
 
 /// What to time, and how often.
@@ -90,6 +92,10 @@ pub struct CaseResult {
     pub checked_rows: usize,
     /// Every kernel this device has, paged, with its default split count.
     pub paged_by_kernel: Vec<KernelTiming>,
+    /// The bounded kernel on queries in the log2 domain (multiplied by `log2(e)/8` and rounded
+    /// to bf16 once), the form the model's global blocks run; None where the device lacks that
+    /// kernel or the data's scores admit no fixed offset.
+    pub log2_queries: Option<KernelTiming>,
 }
 
 #[derive(Debug, Serialize)]
@@ -324,27 +330,42 @@ fn attention_case(
         kernel: Some(k),
         softmax,
     };
-    let reference = paged_attention_rows(
-        &q_host,
-        &HostPagedKv {
-            pool: &pool_host,
-            page_size: geometry.page_size,
-            heads: HEADS,
-            head_dim: HEAD_DIM,
-            indices: &step.plan.indices,
-            page_lens: &step.plan.page_lens,
-        },
-        &rows,
-    );
+    let host_kv = HostPagedKv {
+        pool: &pool_host,
+        page_size: geometry.page_size,
+        heads: HEADS,
+        head_dim: HEAD_DIM,
+        indices: &step.plan.indices,
+        page_lens: &step.plan.page_lens,
+    };
+    let reference = paged_attention_rows(&q_host, &host_kv, &rows);
+    // The model's form of the bounded kernel: the same queries times log2(e)/8, rounded to bf16
+    // once, so each product with a key is the softmax's exponent (`2^(q·k)`, i.e. scale ln 2).
+    let bounded = AttentionKernel::WgmmaWsM256Bounded;
+    let log2_form = match softmax.for_log2_queries() {
+        Softmax::Log2Queries { offset } if kernels.contains(&bounded) => {
+            let factor = log2_query_scale(HEAD_DIM);
+            let q_log2_host: Vec<bf16> = q_host
+                .iter()
+                .map(|v| bf16::from_f32(v.to_f32() * factor))
+                .collect();
+            let reference =
+                paged_attention_rows_scaled(&q_log2_host, &host_kv, &rows, std::f64::consts::LN_2);
+            let q_log2 = dev.stream.clone_htod(&q_log2_host)?;
+            Some((q_log2, Softmax::Log2Queries { offset }, reference))
+        }
+        _ => None,
+    };
     drop(pool_host);
     // Poisoned output before every checked run: an unwritten element shows up as NaN.
     let poison = vec![bf16::NAN; elems];
-    let check = |out: &mut CudaSlice<bf16>| -> Result<f64, BenchError> {
+    let check_against = |out: &mut CudaSlice<bf16>, reference: &[f32]| -> Result<f64, BenchError> {
         let host = dev.stream.clone_dtoh(&*out)?;
-        let err = relative_error(&to_f32_rows(&host, &rows), &reference);
+        let err = relative_error(&to_f32_rows(&host, &rows), reference);
         dev.stream.memcpy_htod(&poison, out)?;
         Ok(err)
     };
+    let check = |out: &mut CudaSlice<bf16>| check_against(out, &reference);
 
     let mut paged_by_kernel = Vec::new();
     for &k in kernels {
@@ -399,6 +420,31 @@ fn attention_case(
             });
         }
     }
+    let log2_queries = match &log2_form {
+        Some((q_log2, softmax, reference)) => {
+            let opts = AttentionOptions {
+                splits: bench.splits,
+                kernel: Some(bounded),
+                softmax: *softmax,
+            };
+            dev.stream.memcpy_htod(&poison, &mut out)?;
+            let mut splits = cache_attention(dev, &cache, 0, q_log2, &mut out, LQ, opts, &mut ws)?;
+            let rel_err = check_against(&mut out, reference)?;
+            let times = time_runs(dev, bench.warmup, iters, || {
+                splits = cache_attention(dev, &cache, 0, q_log2, &mut out, LQ, opts, &mut ws)?;
+                Ok(())
+            })?;
+            let ms = median(times);
+            Some(KernelTiming {
+                kernel: bounded,
+                splits,
+                ms,
+                tflops: tflops(lkv, ms),
+                rel_err,
+            })
+        }
+        None => None,
+    };
     let chosen = paged_by_kernel
         .iter()
         .find(|t| t.kernel == kernel)
@@ -468,5 +514,6 @@ fn attention_case(
         dense_rel_err,
         checked_rows: rows.len(),
         paged_by_kernel,
+        log2_queries,
     })
 }

@@ -234,6 +234,12 @@ fn print_table(r: &AttentionReport) {
                     t.kernel, t.ms, t.tflops, t.rel_err
                 )
             })
+            .chain(c.log2_queries.iter().map(|t| {
+                format!(
+                    "{:?} on log2-domain queries (the model's form) {:.3} ({:.0}) err {:.1e}",
+                    t.kernel, t.ms, t.tflops, t.rel_err
+                )
+            }))
             .collect();
         println!(
             "{:>10} {:>7} {:>13} {:>3} {:>8.3} ({:>5.0}) {:>12.3} ({:>5.0}) {:>11.3} ({:>5.0}) {:>8.1e} {:>8.1e}  {}",
