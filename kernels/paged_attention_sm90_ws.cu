@@ -85,15 +85,17 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     } while (!done);
 }
 
-// Shared-memory matrix descriptor for a 128-byte-swizzled tile: start address, leading byte
-// offset 16 (unused by these shapes), stride byte offset 1024 (between groups of 8 rows of 128 B).
-__device__ __forceinline__ u64 smem_desc(u32 addr) {
-    u64 d = 0;
-    d |= (u64)((addr & 0x3FFFF) >> 4);
-    d |= (u64)1 << 16;
-    d |= (u64)(1024 >> 4) << 32;
-    d |= (u64)1 << 62;  // 128B swizzle
-    return d;
+// Shared-memory matrix descriptor for a 128-byte-swizzled tile, as its two words. The low word:
+// start address >> 4 (14 bits; this CTA's shared-memory offsets stay below 256 KB) and leading
+// byte offset 16 (unused by these shapes); the high word: stride byte offset 1024 (between
+// groups of 8 rows of 128 B) and the 128B swizzle. Only the low word depends on the address, so a
+// loop keeps one low word a tile and adds each k-step's offset >> 4 to it: one 32-bit add a
+// wgmma instead of rebuilding the descriptor (the mask, shift and ORs were a third of a
+// consumer's instructions a tile).
+__device__ __forceinline__ u32 smem_desc_lo(u32 addr) { return (addr >> 4) | (1u << 16); }
+__device__ __forceinline__ u64 smem_desc_of(u32 lo) {
+    constexpr u32 hi = (1024 >> 4) | (1u << 30);  // bit 62: 128B swizzle
+    return ((u64)hi << 32) | lo;
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -295,7 +297,7 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             const float m = row_max[hf];
-            float sum4[4] = {0.f, 0.f, 0.f, 0.f};
+            float sum4[4];
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
                 const float e0 = SM == SM_LOG2 ? s[j * 4 + hf * 2] : fmaf(s[j * 4 + hf * 2], scale_log2, -m);
@@ -304,7 +306,8 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
                 const float p1 = fast_exp2(e1);
                 s[j * 4 + hf * 2] = p0;
                 s[j * 4 + hf * 2 + 1] = p1;
-                sum4[j & 3] += p0 + p1;
+                // The first four pairs start the sums (not 0 + x: an add a row half each).
+                sum4[j & 3] = j < 4 ? p0 + p1 : sum4[j & 3] + (p0 + p1);
             }
             row_sum[hf] += (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]);
             corr[hf] = 1.f;
@@ -326,14 +329,15 @@ __device__ __forceinline__ void ws_softmax_exp(float* s, float* row_max, float* 
             const float m_new = fmaxf(row_max[hf], mx * scale_log2);
             corr[hf] = fast_exp2(row_max[hf] - m_new);
             row_max[hf] = m_new;
-            float sum4[4] = {0.f, 0.f, 0.f, 0.f};
+            float sum4[4];
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
                 const float p0 = fast_exp2(fmaf(s[j * 4 + hf * 2], scale_log2, -m_new));
                 const float p1 = fast_exp2(fmaf(s[j * 4 + hf * 2 + 1], scale_log2, -m_new));
                 s[j * 4 + hf * 2] = p0;
                 s[j * 4 + hf * 2 + 1] = p1;
-                sum4[j & 3] += p0 + p1;
+                // The first four pairs start the sums (not 0 + x: an add a row half each).
+                sum4[j & 3] = j < 4 ? p0 + p1 : sum4[j & 3] + (p0 + p1);
             }
             row_sum[hf] = row_sum[hf] * corr[hf] + ((sum4[0] + sum4[1]) + (sum4[2] + sum4[3]));
         }
@@ -404,7 +408,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     const float m0 = SM == SM_RUNNING ? NEG_INF : SM == SM_LOG2 ? 0.f : offset_log2;
     float row_max[2] = {m0, m0};
     float row_sum[2] = {0.f, 0.f};
-    const u32 sq_wg = smem_addr(sq) + c * 64 * 128;
+    const u32 dq = smem_desc_lo(smem_addr(sq) + c * 64 * 128);
     const u32 skv0 = smem_addr(skv);
     // Ping-pong: barrier 1 + c is "consumer c may issue"; each consumer syncs on its own and
     // arrives on the other's after issuing. Consumer 0 goes first. Counts match exactly: each
@@ -423,7 +427,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc)
-            wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(skv0 + kc * 32), kc);
+            wgmma_s<BN>(s, smem_desc_of(dq + kc * 2), smem_desc_of(smem_desc_lo(skv0) + kc * 2), kc);
         wgmma_commit();
         named_arrive(other_turn, 256);
         wgmma_wait<0>();
@@ -434,12 +438,19 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
         // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
         // tile j-1. The exponentials of S(j) run while P(j-1) V(j-1) is still on the tensor cores
         // (they only touch s); O and P wait for it.
+        // The ring position moves by one a tile: stage and phase counted, not divided out; V of
+        // tile j - 1 sits TILE_BYTES past its K.
+        constexpr u32 V_LO = Ws<BN>::TILE_BYTES >> 4;
+        u32 stage = 0, phase = 0;
+        u32 dv_prev = smem_desc_lo(skv0) + V_LO;
         for (u32 j = 1; j < n_tiles; ++j) {
-            const u32 stage = j % Ws<BN>::STAGES;
-            const u32 prev = (j - 1) % Ws<BN>::STAGES;
-            const u32 sk = skv0 + stage * Ws<BN>::STAGE_BYTES;
-            const u32 sv_prev = skv0 + prev * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
-            mbar_wait(bar_full + stage * 8, (j / Ws<BN>::STAGES) & 1);
+            const u32 prev = stage;
+            if (++stage == Ws<BN>::STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+            const u32 dk = smem_desc_lo(skv0 + stage * Ws<BN>::STAGE_BYTES);
+            mbar_wait(bar_full + stage * 8, phase);
             named_sync(my_turn, 256);
             fence_regs<BN / 2>(s);
             fence_regs<32>(o_acc);
@@ -447,10 +458,10 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             wgmma_fence();
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc)
-                wgmma_s<BN>(s, smem_desc(sq_wg + kc * 32), smem_desc(sk + kc * 32), kc);
+                wgmma_s<BN>(s, smem_desc_of(dq + kc * 2), smem_desc_of(dk + kc * 2), kc);
             wgmma_commit();
 #pragma unroll
-            for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_prev + kc * 2048));
+            for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc_of(dv_prev + kc * 128));
             wgmma_commit();
             named_arrive(other_turn, 256);
             wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
@@ -461,18 +472,18 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             fence_frag<BN / 16>(p);
             mbar_arrive(bar_empty + prev * 8);
             ws_rescale_pack<BN, SM>(s, o_acc, p, corr);
+            dv_prev = dk + V_LO;
         }
 
         // Last section: O += P(n-1) V(n-1).
         {
-            const u32 last = (n_tiles - 1) % Ws<BN>::STAGES;
-            const u32 sv_last = skv0 + last * Ws<BN>::STAGE_BYTES + Ws<BN>::TILE_BYTES;
+            const u32 dv_last = dv_prev;  // tile n_tiles - 1's V
             named_sync(my_turn, 256);
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
             wgmma_fence();
 #pragma unroll
-            for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc(sv_last + kc * 2048));
+            for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc_of(dv_last + kc * 128));
             wgmma_commit();
             // The very last turn (the last consumer's) arrives nowhere.
             if (c != NC - 1) named_arrive(other_turn, 256);
