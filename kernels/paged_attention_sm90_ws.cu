@@ -612,7 +612,10 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 tid = threadIdx.x;
     const u32 lane = tid & 31;
     const u32 warp = tid >> 5;
-    const u32 role = warp >> 2;  // 0 producer, 1 .. NC consumers
+    // 0 producer, 1 .. NC consumers. Through a shuffle from lane 0 so the compiler knows it is
+    // warp-uniform: what derives from it (a consumer's Q descriptors) can live in uniform
+    // registers instead of being moved there before every wgmma.
+    const u32 role = __shfl_sync(0xffffffffu, warp >> 2, 0);
     const u32 split = blockIdx.y;
     const u32 view = blockIdx.z / heads;
     const u32 h = blockIdx.z - view * heads;
