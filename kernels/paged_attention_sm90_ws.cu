@@ -221,17 +221,20 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
     u32 hi = __ldg(cum + p + 1);
     const u16* page_ptr = pool + (u64)__ldg(indices + p) * page_stride + h * head_stride + ld_col * 8;
 
+    // Shared addresses once: this thread's rows are 16 apart, so with the 128-byte swizzle
+    // (which depends on the row only through r & 7) row ld_row + 16 i of a tile is 2 KB past
+    // row ld_row. The ring's stage and phase, and the stage of the tile being announced, are
+    // counted rather than divided out.
+    const u32 row_dst = smem_addr(skv) + swz(ld_row, ld_col) * 16;
+    u32 stage = 0, phase = 0, announce = 0;
     for (u32 j = 0; j < n_tiles; ++j) {
-        const u32 stage = j % Ws<BN>::STAGES;
-        // Wait until both consumers released this stage's previous tile (j - STAGES).
-        mbar_wait(bar_empty + stage * 8, ((j / Ws<BN>::STAGES) & 1) ^ 1);
-        u16* sk = skv + stage * (Ws<BN>::STAGE_BYTES / 2);
-        u16* sv = sk + Ws<BN>::TILE_BYTES / 2;
-        const u32 t0 = kv_begin + j * BN;
+        // Wait until the consumers released this stage's previous tile (j - STAGES).
+        mbar_wait(bar_empty + stage * 8, phase ^ 1);
+        const u32 dst = row_dst + stage * Ws<BN>::STAGE_BYTES;
+        const u32 t0 = kv_begin + j * BN + ld_row;
 #pragma unroll
         for (int i = 0; i < kLoadRows; ++i) {
-            const u32 r = ld_row + kRowStep * i;
-            const u32 t = t0 + r;
+            const u32 t = t0 + kRowStep * i;
             const bool ok = t < kv_end;
             const u16* src = pool;
             if (ok) {
@@ -245,9 +248,9 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
                 }
                 src = page_ptr + (t - lo) * at.row;
             }
-            const u32 off = swz(r, ld_col) * 8;
-            cp_async_16(smem_addr(sk + off), src, ok);
-            cp_async_16(smem_addr(sv + off), ok ? src + v_offset : src, ok);
+            const u32 d = dst + i * (kRowStep * ROW_CHUNKS * 16);
+            cp_async_16(d, src, ok);
+            cp_async_16(d + Ws<BN>::TILE_BYTES, ok ? src + v_offset : src, ok);
         }
         cp_async_commit();
         // Announce tile j - LAG once this thread's copies of it have landed: LAG + 1 tiles of
@@ -255,12 +258,20 @@ __device__ __forceinline__ void ws_producer(u32 tid, u16* skv, u32 bar_full, u32
         if (j >= LAG) {
             cp_async_wait<LAG>();
             fence_proxy_async();
-            mbar_arrive(bar_full + ((j - LAG) % Ws<BN>::STAGES) * 8);
+            mbar_arrive(bar_full + announce * 8);
+            if (++announce == Ws<BN>::STAGES) announce = 0;
+        }
+        if (++stage == Ws<BN>::STAGES) {
+            stage = 0;
+            phase ^= 1;
         }
     }
     cp_async_wait<0>();
     fence_proxy_async();
-    for (u32 j = n_tiles > LAG ? n_tiles - LAG : 0; j < n_tiles; ++j) mbar_arrive(bar_full + (j % Ws<BN>::STAGES) * 8);
+    for (u32 j = n_tiles > LAG ? n_tiles - LAG : 0; j < n_tiles; ++j) {
+        mbar_arrive(bar_full + announce * 8);
+        if (++announce == Ws<BN>::STAGES) announce = 0;
+    }
 }
 
 // Softmax modes (SM): the running row maximum; one offset for all scores; queries already in the
