@@ -39,7 +39,7 @@ fn device() -> Option<(CudaDevice, Gemm)> {
     match Gemm::new(&dev) {
         Ok(g) => Some((dev, g)),
         Err(e) => {
-            eprintln!("skipped: {e}");
+            common::skip_without_gpu(e);
             None
         }
     }

@@ -32,7 +32,7 @@ fn gpu_present() -> bool {
     match streamrecon::backend::probe_cuda() {
         Ok(_) => true,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            common::skip_without_gpu(why);
             false
         }
     }
@@ -44,7 +44,7 @@ fn gpu_model(cfg: &ModelConfig, store: WeightStore) -> Option<GpuModel> {
     match GpuModel::load(cfg.clone(), store, 0) {
         Ok(m) => Some(m),
         Err(ModelError::Gpu(CudaError::Unavailable(why))) => {
-            eprintln!("skipped: {why}");
+            common::skip_without_gpu(why);
             None
         }
         Err(e) => panic!("GPU model failed to load: {e}"),
@@ -441,7 +441,7 @@ fn frame_model_session_hands_over_filtered_points() {
     let gpu = match GpuFrameModel::load(cfg.clone(), open(), 0) {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("skipped: {e}");
+            common::skip_without_gpu(e);
             return;
         }
     };

@@ -43,7 +43,7 @@ fn gpu_present() -> bool {
     match streamrecon::backend::probe_cuda() {
         Ok(_) => true,
         Err(why) => {
-            eprintln!("skipped: {why}");
+            common::skip_without_gpu(why);
             false
         }
     }
@@ -60,7 +60,7 @@ fn gpu_model() -> Option<Arc<GpuFrameModel>> {
     match GpuFrameModel::load(cfg, store, 0) {
         Ok(m) => Some(Arc::new(m)),
         Err(ModelError::Gpu(CudaError::Unavailable(why))) => {
-            eprintln!("skipped: {why}");
+            common::skip_without_gpu(why);
             None
         }
         Err(e) => panic!("the GPU model failed to load: {e}"),

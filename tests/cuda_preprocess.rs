@@ -160,7 +160,7 @@ fn tiny_model() -> Option<(ModelConfig, GpuModel)> {
     match GpuModel::load(cfg.clone(), store, 0) {
         Ok(m) => Some((cfg, m)),
         Err(e) => {
-            eprintln!("skipped: {e}");
+            common::skip_without_gpu(e);
             None
         }
     }

@@ -12,13 +12,24 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use streamrecon::backend::cuda::CudaDevice;
 
-/// The first GPU, or `None` with the reason printed (no GPU, no driver, CUDA unusable), so a GPU
-/// test skips visibly on machines without one, as CI is.
+/// Says why a GPU test does not run here (no GPU, no driver, CUDA unusable), so it skips
+/// visibly on machines without one, as CI is. A machine that has a GPU and must run every GPU
+/// test (scripts/gpu/run.sh on the GPU machine) sets `STREAMRECON_REQUIRE_GPU`: there the test
+/// fails instead, so a broken driver or library cannot pass for a green run.
+pub fn skip_without_gpu(why: impl std::fmt::Display) {
+    assert!(
+        std::env::var_os("STREAMRECON_REQUIRE_GPU").is_none(),
+        "STREAMRECON_REQUIRE_GPU is set, but the GPU is unusable: {why}"
+    );
+    eprintln!("skipped: {why}");
+}
+
+/// The first GPU, or `None` with the reason printed ([`skip_without_gpu`]).
 pub fn gpu_device() -> Option<CudaDevice> {
     match CudaDevice::open(0) {
         Ok(d) => Some(d),
         Err(e) => {
-            eprintln!("skipped: {e}");
+            skip_without_gpu(e);
             None
         }
     }
