@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# One round of measurements on the GPU machine, over what scripts/gpu/stage.sh put in .gpu/.
+# Run through the device tool from the project root: carry [".gpu"], command
+#
+#   bash scripts/gpu/run.sh STEP [STEP ...]
+#
+# Steps, in the order given:
+#   tests       every staged GPU test executable, with STREAMRECON_REQUIRE_GPU set: a test that
+#               cannot use the GPU fails, and any other skip fails the step
+#   e2e         bench e2e --frames 300, one frame a step; with a staged baseline the two builds
+#               alternate, ROUNDS times each (default 2)
+#   pairs       the same with --frames-per-step 2
+#   392         the same at 518x392 (1041 tokens a frame), the product's 4:3 input
+#   attention   bench attention (every kernel, the five cases, the split sweep)
+#   anchors     the reference beside ours: its attention anchor and its end-to-end profiler
+#               (FlashInfer + torch.compile, 172 frames); needs stage.sh --anchors
+#   profile     Nsight Compute over one steady streaming frame (frame 30 of 40, one call in
+#               flight, every kernel's duration), grouped by kernel family
+#               (scripts/gpu/ncu_families.py)
+#   10k         bench e2e --frames 10000 (about 5.5 minutes: alone in a call)
+# E2E_ARGS adds arguments to every bench e2e run (e.g. E2E_ARGS="--kernel ws-m256").
+#
+# Everything goes to $OUT: logs.tar.gz (every log and JSON) and summary.txt, the table printed last.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+if [ $# -eq 0 ] || [ "$1" = --help ] || [ "$1" = -h ]; then
+  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+OUT=${OUT:-/tmp/gpu-out}
+logs=$OUT/logs
+mkdir -p "$logs"
+bin=/tmp/gpu-bin
+mkdir -p "$bin"
+export LD_LIBRARY_PATH=$PWD/.gpu/stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Where a kernel had to be compiled at run time (no CUBIN for this GPU), once per call.
+export STREAMRECON_KERNEL_CACHE=/tmp/streamrecon-kernels
+ROUNDS=${ROUNDS:-2}
+read -r -a e2e_extra <<<"${E2E_ARGS:-}"
+failed=()
+
+note() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$logs/steps.log"; }
+
+unpack() {
+  [ -f .gpu/streamrecon.xz ] || { echo "run.sh: .gpu/streamrecon.xz missing: run scripts/gpu/stage.sh and carry [\".gpu\"]" >&2; exit 1; }
+  xz -dc .gpu/streamrecon.xz >"$bin/streamrecon" && chmod +x "$bin/streamrecon"
+  if [ -f .gpu/baseline.xz ]; then
+    xz -dc .gpu/baseline.xz >"$bin/baseline" && chmod +x "$bin/baseline"
+  fi
+  cp .gpu/BUILD "$logs/BUILD" 2>/dev/null || true
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv \
+    >"$logs/gpu.csv" 2>&1 || true
+}
+
+builds() {  # the staged builds, new first
+  echo streamrecon
+  [ -x "$bin/baseline" ] && echo baseline
+}
+
+step_tests() {
+  [ -f .gpu/tests.tar.xz ] || { note "tests: .gpu/tests.tar.xz missing (staged with --no-tests?)"; failed+=(tests); return; }
+  mkdir -p "$bin/tests"
+  tar -C "$bin/tests" -xJf .gpu/tests.tar.xz
+  local t name rc ok=0 bad=0 skipped
+  for t in "$bin/tests"/*; do
+    name=$(basename "$t")
+    STREAMRECON_FIXTURES=$PWD/.gpu/fixtures STREAMRECON_REQUIRE_FIXTURES=1 STREAMRECON_REQUIRE_GPU=1 \
+      timeout 300 "$t" --test-threads=1 >"$logs/test-$name.log" 2>&1
+    rc=$?
+    # Skips that are expected on a machine with CUDA (the no-GPU paths) do not count.
+    skipped=$(grep '^skipp' "$logs/test-$name.log" | grep -vc 'this machine has CUDA')
+    if [ "$rc" = 0 ] && [ "$skipped" = 0 ]; then ok=$((ok + 1)); else bad=$((bad + 1)); failed+=("test:$name"); fi
+    note "test $name: rc $rc, $(grep -h '^test result' "$logs/test-$name.log" | tail -1), $skipped skipped"
+  done
+  note "tests: $ok executables passed, $bad failed"
+}
+
+e2e_runs() {  # label, extra bench e2e arguments...
+  local label=$1 r b
+  shift
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for b in $(builds); do
+      note "e2e $label $b round $r"
+      "$bin/$b" bench e2e --frames 300 "$@" "${e2e_extra[@]}" \
+        --json "$logs/e2e-$label-$b-$r.json" >"$logs/e2e-$label-$b-$r.log" 2>&1 \
+        || { note "e2e $label $b round $r failed (rc $?)"; failed+=("e2e-$label-$b"); }
+    done
+  done
+}
+
+step_attention() {
+  local b
+  for b in $(builds); do
+    note "attention $b"
+    "$bin/$b" bench attention --json "$logs/attention-$b.json" >"$logs/attention-$b.log" 2>&1 \
+      || { note "attention $b failed"; failed+=("attention-$b"); }
+  done
+}
+
+step_anchors() {
+  [ -d .gpu/anchor ] || { note "anchors: .gpu/anchor missing (stage.sh --anchors)"; failed+=(anchors); return; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/anchor/*.whl \
+    >"$logs/anchor-pip.log" 2>&1
+  note "attention anchor"
+  PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 timeout 300 python3 .gpu/anchor/attention_anchor.py \
+    >"$logs/anchor-attention.jsonl" 2>"$logs/anchor-attention.err" || failed+=(anchor-attention)
+  note "reference end to end (fi_compile, 172 frames)"
+  OUT=$logs LINGBOT_E2E_CONFIGS=fi_compile LINGBOT_E2E_FRAMES=172 \
+    bash .gpu/anchor/e2e/e2e_reference.sh >"$logs/anchor-e2e.jsonl" 2>"$logs/anchor-e2e.err" \
+    || failed+=(anchor-e2e)
+}
+
+step_profile() {
+  local ncu
+  ncu=$(command -v ncu)
+  for candidate in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+    [ -z "$ncu" ] && [ -x "$candidate" ] && ncu=$candidate
+  done
+  [ -n "$ncu" ] || { note "profile: ncu not found"; failed+=(profile); return; }
+  note "profile: $ncu over streaming frame 30 of 40"
+  # --log-file keeps ncu's CSV apart from the bench's own output.
+  timeout 400 "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv \
+    --print-units base --log-file "$logs/ncu.csv" "$bin/streamrecon" bench e2e --frames 40 \
+    --in-flight 1 --profiler-frame 30 --profile-frames 0 "${e2e_extra[@]}" >"$logs/ncu.log" 2>&1 \
+    || { note "profile failed"; failed+=(profile); return; }
+  python3 scripts/gpu/ncu_families.py "$logs/ncu.csv" >"$logs/ncu-families.txt" 2>&1 \
+    || failed+=(profile-table)
+}
+
+unpack
+for s in "$@"; do
+  case "$s" in
+    tests) step_tests ;;
+    e2e) e2e_runs one ;;
+    pairs) e2e_runs pairs --frames-per-step 2 ;;
+    392) e2e_runs 392 --resolution 518x392 ;;
+    attention) step_attention ;;
+    anchors) step_anchors ;;
+    profile) step_profile ;;
+    10k)
+      note "e2e 10k"
+      "$bin/streamrecon" bench e2e --frames 10000 --profile-frames 0 "${e2e_extra[@]}" \
+        --json "$logs/e2e-10k.json" >"$logs/e2e-10k.log" 2>&1 || failed+=(10k)
+      ;;
+    *) note "unknown step '$s'"; failed+=("$s") ;;
+  esac
+done
+
+python3 scripts/gpu/summary.py "$logs" >"$OUT/summary.txt" 2>&1
+[ -f "$logs/ncu-families.txt" ] && cat "$logs/ncu-families.txt" >>"$OUT/summary.txt"
+if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}" >>"$OUT/summary.txt"; fi
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$logs"
+cat "$OUT/summary.txt"
+[ ${#failed[@]} -eq 0 ]
