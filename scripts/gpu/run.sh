@@ -19,12 +19,14 @@
 #               (scripts/gpu/ncu_families.py)
 #   10k         bench e2e --frames 10000 (about 5.5 minutes: alone in a call)
 # E2E_ARGS adds arguments to every bench e2e run (e.g. E2E_ARGS="--kernel ws-m256").
+# A device call ends after 600 s: the tests take about 2 minutes, a bench e2e run under a
+# minute, the anchors 4 to 5; each run here has its own timeout, so a hang costs one step.
 #
 # Everything goes to $OUT: logs.tar.gz (every log and JSON) and summary.txt, the table printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 if [ $# -eq 0 ] || [ "$1" = --help ] || [ "$1" = -h ]; then
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 OUT=${OUT:-/tmp/gpu-out}
@@ -81,7 +83,7 @@ e2e_runs() {  # label, extra bench e2e arguments...
   for ((r = 1; r <= ROUNDS; r++)); do
     for b in $(builds); do
       note "e2e $label $b round $r"
-      "$bin/$b" bench e2e --frames 300 "$@" "${e2e_extra[@]}" \
+      timeout 240 "$bin/$b" bench e2e --frames 300 "$@" "${e2e_extra[@]}" \
         --json "$logs/e2e-$label-$b-$r.json" >"$logs/e2e-$label-$b-$r.log" 2>&1 \
         || { note "e2e $label $b round $r failed (rc $?)"; failed+=("e2e-$label-$b"); }
     done
@@ -92,7 +94,7 @@ step_attention() {
   local b
   for b in $(builds); do
     note "attention $b"
-    "$bin/$b" bench attention --json "$logs/attention-$b.json" >"$logs/attention-$b.log" 2>&1 \
+    timeout 240 "$bin/$b" bench attention --json "$logs/attention-$b.json" >"$logs/attention-$b.log" 2>&1 \
       || { note "attention $b failed"; failed+=("attention-$b"); }
   done
 }
@@ -139,7 +141,7 @@ for s in "$@"; do
     profile) step_profile ;;
     10k)
       note "e2e 10k"
-      "$bin/streamrecon" bench e2e --frames 10000 --profile-frames 0 "${e2e_extra[@]}" \
+      timeout 560 "$bin/streamrecon" bench e2e --frames 10000 --profile-frames 0 "${e2e_extra[@]}" \
         --json "$logs/e2e-10k.json" >"$logs/e2e-10k.log" 2>&1 || failed+=(10k)
       ;;
     *) note "unknown step '$s'"; failed+=("$s") ;;
