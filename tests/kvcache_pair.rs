@@ -308,6 +308,7 @@ fn run_stream(
         let frames = [r0.frame, r1.frame];
         let kinds = [r0.kind, r1.kind];
         let before = observe(&b);
+        let (step_before, events_before) = (b.step().clone(), b.events().to_vec());
         let exact_growth = b.high_water_pages() == r0.high_water_before;
         let planned = b
             .plan_pair(frames, kinds)
@@ -378,6 +379,8 @@ fn run_stream(
             }
             None => {
                 prop_assert_eq!(&observe(&b), &before, "None changed the table");
+                prop_assert_eq!(b.step(), &step_before, "None changed the last step's plan");
+                prop_assert_eq!(b.events(), &events_before[..], "None changed the events");
                 // Only what the module names keeps two frames apart: a refused step or a
                 // dropped special page.
                 let dropped = [r0, r1].iter().any(|r| match &r.result {

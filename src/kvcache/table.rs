@@ -54,6 +54,9 @@ struct Residency {
 pub struct TableSnapshot {
     state: Residency,
     special_owner_len: usize,
+    /// The last step's plan and events, which `step` and `events` go on reporting.
+    step: StepPlan,
+    events: Vec<CacheEvent>,
 }
 
 #[derive(Debug)]
@@ -479,17 +482,21 @@ impl PageTable {
         Some(TableSnapshot {
             state: self.state.clone(),
             special_owner_len: self.special_owner.len(),
+            step: self.step.clone(),
+            events: self.events.clone(),
         })
     }
 
     /// Goes back to `snapshot` (taken from this table, with only whole steps since): the steps
-    /// planned after it are forgotten. Their page ids stay allocated (host storage only grows).
+    /// planned after it are forgotten, and `step` and `events` report the last step before it
+    /// again. Their page ids stay allocated (host storage only grows).
     pub fn restore_snapshot(&mut self, snapshot: TableSnapshot) {
         self.state = snapshot.state;
         self.special_owner.truncate(snapshot.special_owner_len);
         self.pending = None;
         self.freed_in_step.clear();
-        self.step = StepPlan::default();
+        self.step = snapshot.step;
+        self.events = snapshot.events;
     }
 
     /// Forgets everything: all pages free, counters zero. Storage is kept for reuse.
