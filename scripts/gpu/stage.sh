@@ -82,8 +82,9 @@ if [ "$tests" = 1 ]; then
 fi
 
 # Built after the tests: their build links target/release/streamrecon again with the features of
-# the tests' dependencies, a different binary; this way target/ keeps the one staged here (the
-# one to keep as a later --baseline).
+# the tests' dependencies unified in, a different binary (the same code of ours). Staged is what
+# `cargo build --release` gives a user, and target/ keeps it, to copy as a later --baseline.
+# (Until 2026-12-05 the staged binary was the tests' variant: session 9's e2d3624b is one.)
 cargo build --release --locked --bin streamrecon
 strip -o "$tmp/streamrecon" target/release/streamrecon
 elfs=("$tmp/streamrecon")
