@@ -52,10 +52,11 @@ struct Residency {
 /// back to it.
 #[derive(Debug, Clone)]
 pub struct TableSnapshot {
-    state: Residency,
+    /// Boxed, like the step: a snapshot travels inside the engine's call plans, which stay small.
+    state: Box<Residency>,
     special_owner_len: usize,
     /// The last step's plan and events, which `step` and `events` go on reporting.
-    step: StepPlan,
+    step: Box<StepPlan>,
     events: Vec<CacheEvent>,
 }
 
@@ -480,9 +481,9 @@ impl PageTable {
             return None;
         }
         Some(TableSnapshot {
-            state: self.state.clone(),
+            state: Box::new(self.state.clone()),
             special_owner_len: self.special_owner.len(),
-            step: self.step.clone(),
+            step: Box::new(self.step.clone()),
             events: self.events.clone(),
         })
     }
@@ -491,11 +492,11 @@ impl PageTable {
     /// planned after it are forgotten, and `step` and `events` report the last step before it
     /// again. Their page ids stay allocated (host storage only grows).
     pub fn restore_snapshot(&mut self, snapshot: TableSnapshot) {
-        self.state = snapshot.state;
+        self.state = *snapshot.state;
         self.special_owner.truncate(snapshot.special_owner_len);
         self.pending = None;
         self.freed_in_step.clear();
-        self.step = snapshot.step;
+        self.step = *snapshot.step;
         self.events = snapshot.events;
     }
 
