@@ -67,9 +67,10 @@ step_tests() {
   for t in "$bin/tests"/*; do
     name=$(basename "$t")
     STREAMRECON_FIXTURES=$PWD/.gpu/fixtures STREAMRECON_REQUIRE_FIXTURES=1 STREAMRECON_REQUIRE_GPU=1 \
-      timeout 300 "$t" --test-threads=1 >"$logs/test-$name.log" 2>&1
+      timeout 300 "$t" --test-threads=1 --nocapture >"$logs/test-$name.log" 2>&1
     rc=$?
-    # Skips that are expected on a machine with CUDA (the no-GPU paths) do not count.
+    # --nocapture above: a passing test's "skipped: …" would otherwise be swallowed. Skips that
+    # are expected on a machine with CUDA (the no-GPU paths) do not count.
     skipped=$(grep '^skipp' "$logs/test-$name.log" | grep -vc 'this machine has CUDA')
     if [ "$rc" = 0 ] && [ "$skipped" = 0 ]; then ok=$((ok + 1)); else bad=$((bad + 1)); failed+=("test:$name"); fi
     note "test $name: rc $rc, $(grep -h '^test result' "$logs/test-$name.log" | tail -1), $skipped skipped"
