@@ -90,15 +90,19 @@ extern "C" __global__ void dpt_layernorm_rows(const float* __restrict__ x, u64 r
     const u64 out_row = (u64)blockIdx.y * gridDim.x + blockIdx.x;
     const u32 i0 = threadIdx.x * 8u;
     const bool mine = i0 < dim;
-    float v[8];
+    float v[8], w[8], b[8];
     if (mine) {
         const float4 a = *(const float4*)(row + i0);
-        const float4 b = *(const float4*)(row + i0 + 4);
+        const float4 a2 = *(const float4*)(row + i0 + 4);
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
-        v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        v[4] = a2.x, v[5] = a2.y, v[6] = a2.z, v[7] = a2.w;
+        // The affine parameters now, not after the block sums (whose barriers keep the
+        // compiler from hoisting loads): one trip to memory less on the row's path.
+#pragma unroll
+        for (int j = 0; j < 8; ++j) w[j] = __ldg(weight + i0 + j), b[j] = __ldg(bias + i0 + j);
     } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = 0.f;
+        for (int j = 0; j < 8; ++j) v[j] = 0.f, w[j] = 0.f, b[j] = 0.f;
     }
     float s = 0.f;
 #pragma unroll
@@ -117,7 +121,7 @@ extern "C" __global__ void dpt_layernorm_rows(const float* __restrict__ x, u64 r
     if (!mine) return;
     float o[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) o[j] = (v[j] - mean) * inv * weight[i0 + j] + bias[i0 + j];
+    for (int j = 0; j < 8; ++j) o[j] = (v[j] - mean) * inv * w[j] + b[j];
     *(uint4*)(y + out_row * dim + i0) = pack8(o);
 }
 

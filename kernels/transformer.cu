@@ -386,23 +386,28 @@ qkv_split_norm_rope(const u16* __restrict__ qkv, u16* __restrict__ q, u16* __res
 
 // ---------------------------------------------------------------------------------------------
 // DINO input: ImageNet-normalised patches as GEMM rows. image [3][H][W] f32 in [0, 1];
-// out [Np][3 * patch * patch] bf16, columns (channel, ky, kx) like the conv weight [C][3][p][p],
-// patches row-major over the (H / patch) x (W / patch) grid. One thread per output element
-// (writes coalesced; reads are runs of `patch` contiguous floats).
+// out [Np][row_len] bf16, columns (channel, ky, kx) like the conv weight [C][3][p][p], then
+// zeros up to row_len (>= 3 * patch * patch: the host pads 588 to 592 so that cuBLASLt sees
+// 16-byte aligned rows), patches row-major over the (H / patch) x (W / patch) grid. One thread
+// per output element (writes coalesced; reads are runs of `patch` contiguous floats).
 
 // Element `i` (0..2) of a three-value constant by selects, not an indexed load, so the values
 // stay immediates in the code.
 __device__ __forceinline__ float pick3(const float (&v)[3], u32 i) { return i == 0 ? v[0] : (i == 1 ? v[1] : v[2]); }
 
 extern "C" __global__ void patchify_normalized(const float* __restrict__ image, u32 height, u32 width,
-                                               u32 patch, u16* __restrict__ out) {
+                                               u32 patch, u16* __restrict__ out, u32 row_len) {
     const u32 pw = width / patch;
     const u32 plen = patch * patch;
     const u32 cols = 3 * plen;
-    const u64 n = (u64)(height / patch) * pw * cols;
+    const u64 n = (u64)(height / patch) * pw * row_len;
     GRID_STRIDE(i, n) {
-        const u64 pidx = i / cols;
-        const u32 col = (u32)(i % cols);
+        const u64 pidx = i / row_len;
+        const u32 col = (u32)(i % row_len);
+        if (col >= cols) {
+            out[i] = 0;  // the padding: zero, so it adds nothing to the GEMM's sums
+            continue;
+        }
         const u32 ch = col / plen, ky = (col / patch) % patch, kx = col % patch;
         const u32 pr = (u32)(pidx / pw), pc = (u32)(pidx % pw);
         const float x = image[((u64)ch * height + pr * patch + ky) * width + pc * patch + kx];
@@ -502,6 +507,16 @@ __device__ __forceinline__ void ln1k_normalize_row(const float4 (&v)[LN1K_CHUNKS
                                                    void* out_row, bool out_bf16) {
     __shared__ float red_sum[LN1K_ROWS_PER_CTA][LN1K_WARPS_PER_ROW];
     __shared__ float red_sq[LN1K_ROWS_PER_CTA][LN1K_WARPS_PER_ROW];
+    // The affine parameters are loaded before the reductions, not after: their barriers are
+    // memory clobbers the compiler will not move loads across, so loaded at their use they
+    // cost one more trip to L2 at the end of every launch.
+    float4 wv[LN1K_CHUNKS], bv[LN1K_CHUNKS];
+#pragma unroll
+    for (int k = 0; k < LN1K_CHUNKS; ++k) {
+        const u32 c0 = 4 * ln1k_chunk(t, k);
+        wv[k] = weight ? __ldg((const float4*)(weight + c0)) : make_float4(1.f, 1.f, 1.f, 1.f);
+        bv[k] = bias ? __ldg((const float4*)(bias + c0)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     float sum = 0.f;
 #pragma unroll
     for (int k = 0; k < LN1K_CHUNKS; ++k) sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
@@ -519,11 +534,11 @@ __device__ __forceinline__ void ln1k_normalize_row(const float4 (&v)[LN1K_CHUNKS
         float y[4] = {(v[k].x - mean) * inv, (v[k].y - mean) * inv, (v[k].z - mean) * inv,
                       (v[k].w - mean) * inv};
         if (weight) {
-            const float4 w = *(const float4*)(weight + c0);
+            const float4 w = wv[k];
             y[0] *= w.x; y[1] *= w.y; y[2] *= w.z; y[3] *= w.w;
         }
         if (bias) {
-            const float4 bb = *(const float4*)(bias + c0);
+            const float4 bb = bv[k];
             y[0] += bb.x; y[1] += bb.y; y[2] += bb.z; y[3] += bb.w;
         }
         if (out_bf16) {

@@ -723,9 +723,31 @@ fn patchify_normalized_matches_cpu() {
         }
     }
     let img_d = up(&dev, &image);
-    let out = dev.stream.alloc_zeros::<bf16>(ph * pw * plen).unwrap();
-    ops::patchify_normalized(&dev, DevPtr::of(&img_d), h, w, DevPtr::of(&out)).unwrap();
-    let got = down(&dev, &out);
+    // Rows padded as the engine pads them (588 -> 592); the buffer starts non-zero so the
+    // padding is seen to be written.
+    let row_len = ops::patch_row_len(p);
+    assert_eq!(row_len, 592);
+    let out = dev
+        .stream
+        .clone_htod(&vec![bf16::from_f32(7.0); ph * pw * row_len])
+        .unwrap();
+    ops::patchify_normalized(&dev, DevPtr::of(&img_d), h, w, DevPtr::of(&out), row_len).unwrap();
+    let padded = down(&dev, &out);
+    assert!(
+        padded
+            .chunks_exact(row_len)
+            .all(|r| r[plen..].iter().all(|v| *v == bf16::ZERO)),
+        "the padding columns must be zero"
+    );
+    let got: Vec<bf16> = padded
+        .chunks_exact(row_len)
+        .flat_map(|r| r[..plen].iter().copied())
+        .collect();
+    // Rows shorter than a patch are refused.
+    assert!(
+        ops::patchify_normalized(&dev, DevPtr::of(&img_d), h, w, DevPtr::of(&out), plen - 1)
+            .is_err()
+    );
     // Same f32 math, one rounding: identical to rounding the CPU values.
     let want_bf16: Vec<bf16> = want.iter().map(|&v| bf16::from_f32(v)).collect();
     let mismatches = got.iter().zip(&want_bf16).filter(|(a, b)| a != b).count();

@@ -12,10 +12,10 @@ fn script(name: &str) -> PathBuf {
 }
 
 /// The script's stdout, or None (with the reason printed) when python3 is missing.
-fn run_python(script_name: &str, arg: &Path) -> Option<String> {
+fn run_python(script_name: &str, args: &[&Path]) -> Option<String> {
     let out = match Command::new("python3")
         .arg(script(script_name))
-        .arg(arg)
+        .args(args)
         .output()
     {
         Ok(out) => out,
@@ -63,7 +63,7 @@ fn summary_tabulates_each_build_against_the_reference() {
          {\"ceiling_bf16_matmul_tflops\": 776.0}\n",
     )
     .unwrap();
-    let Some(out) = run_python("summary.py", logs) else {
+    let Some(out) = run_python("summary.py", &[logs]) else {
         return;
     };
     // Each build's rounds in order, the median of the parts, the ratio to the reference's median
@@ -114,26 +114,28 @@ fn ncu_families_splits_a_frame_by_family_and_part() {
             "20,000",
         ),
         (6, "residual_layer_norm_1024", 7, "6,000"),
-        (7, "cam_sweep_k8192", 9, "20,000"),
-        (8, "dpt_im2col3x3", 7, "35,000"),
+        // The main stream goes on with the camera head; the depth head has a stream of its own.
+        (7, "cam_sweep_k8192", 7, "20,000"),
+        (8, "dpt_im2col3x3", 9, "35,000"),
         (
             9,
             "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize256x128x64",
-            7,
+            9,
             "40,000",
         ),
         (10, "an_unknown_kernel", 7, "1,000"),
+        (11, "dpt_points_write", 7, "8,000"),
     ];
     for (id, kernel, stream, ns) in rows {
         csv.push_str(&ncu_row(id, kernel, stream, ns));
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ncu.csv");
-    std::fs::write(&path, csv).unwrap();
-    let Some(out) = run_python("ncu_families.py", &path) else {
+    std::fs::write(&path, &csv).unwrap();
+    let Some(out) = run_python("ncu_families.py", &[&path]) else {
         return;
     };
-    assert!(out.contains("11 kernels, 0.68 ms"), "{out}");
+    assert!(out.contains("12 kernels, 0.68 ms"), "{out}");
     // GEMMs: 17 on the front, 20 in the aggregator, 40 in the depth head.
     assert!(out.contains("| GEMM (cuBLASLt) | 3 | 0.077 |"), "{out}");
     assert!(out.contains("| global attention | 1 | 0.500 |"), "{out}");
@@ -141,13 +143,111 @@ fn ncu_families_splits_a_frame_by_family_and_part() {
         out.contains("| frame-local attention | 1 | 0.022 |"),
         "{out}"
     );
-    // The main stream is the aggregator until the depth head's first kernel.
+    // The main stream is the aggregator until the camera head's first kernel.
     assert!(out.contains("| main: aggregator | 4 | 0.536 |"), "{out}");
+    assert!(out.contains("| main: camera head | 1 | 0.020 |"), "{out}");
     assert!(
-        out.contains("| main: depth head, points | 3 | 0.076 |"),
+        out.contains("| main: after the camera head (points) | 2 | 0.009 |"),
         "{out}"
     );
+    assert!(out.contains("| depth head stream | 2 | 0.075 |"), "{out}");
     assert!(out.contains("| front: images, DINO | 3 | 0.044 |"), "{out}");
-    assert!(out.contains("| camera head | 1 | 0.020 |"), "{out}");
     assert!(out.contains("an_unknown_kernel 1.0 us"), "{out}");
+
+    // Against a baseline whose LayerNorm took 8 us: the family and the kernel show the change.
+    let base_path = dir.path().join("baseline.csv");
+    std::fs::write(
+        &base_path,
+        csv.replace(
+            &ncu_row(6, "residual_layer_norm_1024", 7, "6,000"),
+            &ncu_row(6, "residual_layer_norm_1024", 7, "8,000"),
+        ),
+    )
+    .unwrap();
+    let out = run_python("ncu_families.py", &[&path, &base_path]).unwrap();
+    assert!(
+        out.contains("| LayerNorm, residual | 0.006 | 0.008 | -2.0 |"),
+        "{out}"
+    );
+    assert!(
+        out.contains("| residual_layer_norm_1024 | 1 | 6.0 | 1 | 8.0 | -2.0 |"),
+        "{out}"
+    );
+}
+
+/// One row of `ncu --section ... --csv --page details --print-units base`.
+fn ncu_detail_row(
+    id: u32,
+    kernel: &str,
+    section: &str,
+    metric: &str,
+    unit: &str,
+    value: &str,
+) -> String {
+    format!(
+        "\"{id}\",\"4242\",\"streamrecon\",\"127.0.0.1\",\"{kernel}\",\"1\",\"7\",\
+         \"(256, 1, 1)\",\"(251, 1, 1)\",\"0\",\"9.0\",\"{section}\",\"{metric}\",\"{unit}\",\"{value}\"\n"
+    )
+}
+
+#[test]
+fn ncu_detail_averages_each_kernels_launches() {
+    let mut csv = String::from(
+        "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\
+         \"Stream\",\"Block Size\",\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\
+         \"Metric Name\",\"Metric Unit\",\"Metric Value\"\n",
+    );
+    for (id, ns, occ) in [(0, "6,000", "40.5"), (1, "7,000", "41.5")] {
+        let k = "residual_layer_norm_1024(float *, const unsigned short *)";
+        csv.push_str(&ncu_detail_row(
+            id,
+            k,
+            "GPU Speed Of Light Throughput",
+            "Duration",
+            "nsecond",
+            ns,
+        ));
+        csv.push_str(&ncu_detail_row(
+            id,
+            k,
+            "Occupancy",
+            "Achieved Occupancy",
+            "%",
+            occ,
+        ));
+        csv.push_str(&ncu_detail_row(
+            id,
+            k,
+            "Launch Statistics",
+            "Grid Size",
+            "",
+            "251",
+        ));
+    }
+    csv.push_str(&ncu_detail_row(
+        2,
+        "qkv_split_norm_rope",
+        "GPU Speed Of Light Throughput",
+        "Duration",
+        "nsecond",
+        "9,000",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("detail.csv");
+    std::fs::write(&path, csv).unwrap();
+    let Some(out) = run_python("ncu_detail.py", &[&path]) else {
+        return;
+    };
+    assert!(out.contains("3 launches"), "{out}");
+    // Means over the two launches; the longest kernel in total first.
+    assert!(
+        out.contains("| residual_layer_norm_1024 | 2 | 6.5 | 251.0 | - | - | - | - | 41.0 |"),
+        "{out}"
+    );
+    assert!(
+        out.contains("| qkv_split_norm_rope | 1 | 9.0 | - |"),
+        "{out}"
+    );
+    let first = out.find("residual_layer_norm_1024").unwrap();
+    assert!(first < out.find("qkv_split_norm_rope").unwrap(), "{out}");
 }

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Where a profiled frame's GPU time goes, by kernel family and part of the frame.
 
-    python3 scripts/gpu/ncu_families.py NCU_CSV
+    python3 scripts/gpu/ncu_families.py NCU_CSV [BASELINE_NCU_CSV]
 
 NCU_CSV is what `ncu --csv --metrics gpu__time_duration.sum` wrote for one frame
 (scripts/gpu/run.sh profile: `bench e2e --profiler-frame N` brackets the frame). Lines that are
-not CSV rows of that report (the program's own output, ==PROF== notes) are skipped.
+not CSV rows of that report (the program's own output, ==PROF== notes) are skipped. With a
+second report (the same frame of a baseline build), the families side by side and the kernels
+whose time changed most follow.
 
 A kernel's part of the frame comes from its stream: the stream that runs `patchify_normalized`
-is the front (the next images and DINO), the one that runs `cam_` kernels the camera head; on
-the main stream the aggregator runs until the depth head's first `dpt_` kernel. ncu serialises
-kernels and flushes caches before each, at its own clocks: the totals are larger than a frame
-in the graph, and the shares are what to read.
+is the front (the next images and DINO), the one that runs the depth head's `dpt_im2col3x3` or
+`dpt_layernorm_rows` the depth head; the main stream runs the aggregator, then the camera head
+(`cam_` kernels) and the points. ncu serialises kernels and flushes caches before each, at its
+own clocks: the totals are larger than a frame in the graph, and the shares are what to read.
 """
 
 import csv
@@ -82,22 +84,61 @@ def read_kernels(path):
 def parts_of(kernels):
     """The part of the frame each kernel belongs to, from its stream (see the module's text)."""
     front = {s for _, n, s, _ in kernels if n.startswith("patchify_normalized")}
-    camera = {s for _, n, s, _ in kernels if n.startswith("cam_")} - front
+    depth = {s for _, n, s, _ in kernels
+             if n.startswith(("dpt_im2col3x3", "dpt_layernorm_rows"))} - front
     parts, heads_started = [], False
     for _, name, stream, _ in kernels:
         if stream in front:
             parts.append("front: images, DINO")
-        elif stream in camera and name.startswith("cam_"):
-            parts.append("camera head")
-        elif stream in camera:
-            parts.append("camera head stream: other")
+        elif stream in depth:
+            parts.append("depth head stream")
+        elif name.startswith("cam_"):
+            heads_started = True
+            parts.append("main: camera head")
         else:
             heads_started = heads_started or name.startswith("dpt_")
-            parts.append("main: depth head, points" if heads_started else "main: aggregator")
+            parts.append("main: after the camera head (points)" if heads_started
+                         else "main: aggregator")
     return parts
 
 
-def main(path):
+def short_name(name):
+    return re.sub(r"^void\s+", "", name).split("(")[0].strip()[:70]
+
+
+def compare(kernels, base):
+    """Families side by side, then the kernels (by name) whose frame total moved most."""
+    def totals(ks, key):
+        out = defaultdict(lambda: [0, 0.0])
+        for _, name, _, us in ks:
+            k = key(name)
+            out[k][0] += 1
+            out[k][1] += us
+        return out
+    new_f, old_f = totals(kernels, family_of), totals(base, family_of)
+    print()
+    print(f"Against the baseline's frame: {sum(k[3] for k in kernels) / 1e3:.3f} ms "
+          f"({len(kernels)} kernels) against {sum(k[3] for k in base) / 1e3:.3f} ms "
+          f"({len(base)} kernels)")
+    print()
+    print("| family | ms | baseline ms | change (us) |")
+    print("|---|---|---|---|")
+    for fam in sorted(set(new_f) | set(old_f), key=lambda f: -old_f[f][1]):
+        a, b = new_f[fam][1], old_f[fam][1]
+        print(f"| {fam} | {a / 1e3:.3f} | {b / 1e3:.3f} | {a - b:+.1f} |")
+    new_k, old_k = totals(kernels, short_name), totals(base, short_name)
+    moved = sorted(set(new_k) | set(old_k), key=lambda k: -abs(new_k[k][1] - old_k[k][1]))
+    print()
+    print("| kernel | launches | mean us | baseline launches | baseline mean us | change a frame (us) |")
+    print("|---|---|---|---|---|---|")
+    for k in moved[:15]:
+        (n, a), (m, b) = new_k[k], old_k[k]
+        mean_a = f"{a / n:.1f}" if n else "-"
+        mean_b = f"{b / m:.1f}" if m else "-"
+        print(f"| {k} | {n} | {mean_a} | {m} | {mean_b} | {a - b:+.1f} |")
+
+
+def main(path, baseline=None):
     kernels = read_kernels(path)
     if not kernels:
         sys.exit(f"{path}: no gpu__time_duration.sum rows")
@@ -134,9 +175,14 @@ def main(path):
         print()
         print("Kernels of no family: " + "; ".join(
             f"{n} {us:.1f} us" for n, us in sorted(others.items(), key=lambda kv: -kv[1])[:10]))
+    if baseline:
+        base = read_kernels(baseline)
+        if not base:
+            sys.exit(f"{baseline}: no gpu__time_duration.sum rows")
+        compare(kernels, base)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: ncu_families.py NCU_CSV")
-    main(sys.argv[1])
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: ncu_families.py NCU_CSV [BASELINE_NCU_CSV]")
+    main(*sys.argv[1:])

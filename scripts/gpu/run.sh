@@ -16,7 +16,11 @@
 #               (FlashInfer + torch.compile, 172 frames); needs stage.sh --anchors
 #   profile     Nsight Compute over one steady streaming frame (frame 30 of 40, one call in
 #               flight, every kernel's duration), grouped by kernel family
-#               (scripts/gpu/ncu_families.py)
+#               (scripts/gpu/ncu_families.py); with a staged baseline, both builds and the
+#               kernels whose time moved
+#   detail      Nsight Compute sections (throughput, occupancy, pipes) of the GEMMs, frame-local
+#               attention, LayerNorms, q/k/v split and camera-head sweeps of that frame
+#               (scripts/gpu/ncu_detail.py)
 #   10k         bench e2e --frames 10000 (about 5.5 minutes: alone in a call)
 # E2E_ARGS adds arguments to every bench e2e run (e.g. E2E_ARGS="--kernel ws-m256").
 # A device call ends after 600 s: the tests take about 2 minutes, a bench e2e run under a
@@ -26,7 +30,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 if [ $# -eq 0 ] || [ "$1" = --help ] || [ "$1" = -h ]; then
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 OUT=${OUT:-/tmp/gpu-out}
@@ -113,21 +117,52 @@ step_anchors() {
     || failed+=(anchor-e2e)
 }
 
-step_profile() {
-  local ncu
+find_ncu() {
+  local ncu candidate
   ncu=$(command -v ncu)
   for candidate in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
     [ -z "$ncu" ] && [ -x "$candidate" ] && ncu=$candidate
   done
+  echo "$ncu"
+}
+
+step_profile() {
+  local ncu b
+  ncu=$(find_ncu)
   [ -n "$ncu" ] || { note "profile: ncu not found"; failed+=(profile); return; }
-  note "profile: $ncu over streaming frame 30 of 40"
-  # --log-file keeps ncu's CSV apart from the bench's own output.
-  timeout 400 "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv \
-    --print-units base --log-file "$logs/ncu.csv" "$bin/streamrecon" bench e2e --frames 40 \
-    --in-flight 1 --profiler-frame 30 --profile-frames 0 "${e2e_extra[@]}" >"$logs/ncu.log" 2>&1 \
-    || { note "profile failed"; failed+=(profile); return; }
-  python3 scripts/gpu/ncu_families.py "$logs/ncu.csv" >"$logs/ncu-families.txt" 2>&1 \
-    || failed+=(profile-table)
+  for b in $(builds); do
+    note "profile $b: $ncu over streaming frame 30 of 40"
+    # --log-file keeps ncu's CSV apart from the bench's own output.
+    timeout 400 "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv \
+      --print-units base --log-file "$logs/ncu-$b.csv" "$bin/$b" bench e2e --frames 40 \
+      --in-flight 1 --profiler-frame 30 --profile-frames 0 "${e2e_extra[@]}" >"$logs/ncu-$b.log" 2>&1 \
+      || { note "profile $b failed"; failed+=("profile:$b"); }
+  done
+  local base=()
+  [ -s "$logs/ncu-baseline.csv" ] && base=("$logs/ncu-baseline.csv")
+  python3 scripts/gpu/ncu_families.py "$logs/ncu-streamrecon.csv" "${base[@]}" \
+    >"$logs/ncu-families.txt" 2>&1 || failed+=(profile-table)
+}
+
+# Nsight Compute's sections (speed of light, occupancy, launch, compute workload) for the kernels
+# of one frame beside the global attention: what limits the GEMMs at 1005 rows, the frame-local
+# attention, the LayerNorms and the q/k/v split. One replay pass per section and kernel, so the
+# kernel filter keeps it to a minute or two.
+step_detail() {
+  local ncu
+  ncu=$(find_ncu)
+  [ -n "$ncu" ] || { note "detail: ncu not found"; failed+=(detail); return; }
+  note "detail: $ncu sections over streaming frame 30 of 40"
+  timeout 500 "$ncu" --profile-from-start off \
+    --kernel-name 'regex:^(nvjet|paged_attention_fwd_sm90_ws$|paged_attention_fwd_sm90_ws_qkv|residual_layer_norm_1024|qkv_split|cam_sweep)' \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --csv --page details --print-units base \
+    --log-file "$logs/ncu-detail.csv" "$bin/streamrecon" bench e2e --frames 40 --in-flight 1 \
+    --profiler-frame 30 --profile-frames 0 "${e2e_extra[@]}" >"$logs/ncu-detail.log" 2>&1 \
+    || { note "detail failed"; failed+=(detail); return; }
+  python3 scripts/gpu/ncu_detail.py "$logs/ncu-detail.csv" >"$logs/ncu-detail.txt" \
+    2>"$logs/ncu-detail-metrics.txt" \
+    || failed+=(detail-table)
 }
 
 unpack
@@ -140,6 +175,7 @@ for s in "$@"; do
     attention) step_attention ;;
     anchors) step_anchors ;;
     profile) step_profile ;;
+    detail) step_detail ;;
     10k)
       note "e2e 10k"
       timeout 560 "$bin/streamrecon" bench e2e --frames 10000 --profile-frames 0 "${e2e_extra[@]}" \
@@ -151,6 +187,7 @@ done
 
 python3 scripts/gpu/summary.py "$logs" >"$OUT/summary.txt" 2>&1
 [ -f "$logs/ncu-families.txt" ] && cat "$logs/ncu-families.txt" >>"$OUT/summary.txt"
+[ -f "$logs/ncu-detail.txt" ] && cat "$logs/ncu-detail.txt" >>"$OUT/summary.txt"
 if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}" >>"$OUT/summary.txt"; fi
 tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$logs"
 cat "$OUT/summary.txt"

@@ -10,14 +10,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::CudaEvent;
 use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, CudaSlice};
 use half::bf16;
 
 use crate::backend::cuda::arena::DevPtr;
 use crate::backend::cuda::gemm::{Epilogue, Gemm, SharedChoices, TuneRecord, Tuning};
 use crate::backend::cuda::ops::{self, LnOut, Rope};
-use crate::backend::cuda::storage::DeviceModel;
+use crate::backend::cuda::storage::{DeviceLinear, DeviceModel};
 use crate::backend::cuda::{CudaDevice, CudaError};
 use crate::model::preprocess::PreprocessConfig;
 use crate::model::spec::{DINO_REGISTERS, SPECIAL_TOKENS};
@@ -63,6 +63,9 @@ pub(super) struct Front {
     pub dev: CudaDevice,
     gemm: Gemm,
     pub bufs: FrontBuffers,
+    /// DINO's patch embedding `[C][row_len]`: the model's `[C][3 * 14 * 14]` weight with its
+    /// rows padded by zeros as `ops::patch_row_len` says (the patches are padded alike).
+    patch_weight: CudaSlice<bf16>,
     /// DINO of a streaming call of one frame and of two (`[s - 1]`), each captured after one
     /// eager run of its size (its GEMM shapes are tuned by then).
     graphs: [Option<StepGraph>; STREAMING_CALL_FRAMES],
@@ -79,10 +82,12 @@ impl Front {
         main: &CudaDevice,
         bufs: FrontBuffers,
         shape: &Shape,
+        patch_proj: &DeviceLinear,
         tuning: Tuning,
         choices: &SharedChoices,
     ) -> Result<Self, CudaError> {
         let dev = main.with_background_stream()?;
+        let patch_weight = padded_patch_weight(&dev, patch_proj, shape)?;
         let mut gemm = Gemm::new(&dev)?;
         gemm.set_tuning(tuning, choices);
         let image_staging = ImageStaging::new(&dev, shape.max_call * 3 * shape.plane())?;
@@ -99,6 +104,7 @@ impl Front {
             dev,
             gemm,
             bufs,
+            patch_weight,
             graphs: Default::default(),
             warmed: [false; STREAMING_CALL_FRAMES],
             image_staging,
@@ -196,7 +202,7 @@ impl Front {
         let w = model.aggregator();
         let c = sh.embed;
         let plane = sh.plane();
-        let patch_len = 3 * sh.patch * sh.patch;
+        let patch_len = ops::patch_row_len(sh.patch);
         for f in 0..s {
             let image = b.image.slice(f * 3 * plane, 3 * plane)?;
             image_to_rgb8(dev, image, b.rgb.slice(f * 3 * plane, 3 * plane)?, plane)?;
@@ -207,13 +213,14 @@ impl Front {
                 sh.width,
                 b.patches
                     .slice(f * sh.patches * patch_len, sh.patches * patch_len)?,
+                patch_len,
             )?;
         }
         let proj = &w.dino.patch_proj;
         self.gemm.linear(
             dev,
             b.patches,
-            proj.weight_ptr(),
+            DevPtr::of(&self.patch_weight),
             proj.bias_ptr(),
             b.patch_emb,
             s * sh.patches,
@@ -274,4 +281,31 @@ impl Front {
         }
         Ok(())
     }
+}
+
+/// `patch_proj`'s weight `[C][3 * p * p]` with each row padded by zeros to
+/// `ops::patch_row_len(p)`: read back once when the session is made (1.2 MB at full size).
+fn padded_patch_weight(
+    dev: &crate::backend::cuda::CudaDevice,
+    patch_proj: &DeviceLinear,
+    shape: &Shape,
+) -> Result<CudaSlice<bf16>, CudaError> {
+    let cols = 3 * shape.patch * shape.patch;
+    let row_len = ops::patch_row_len(shape.patch);
+    let weight = dev.stream.clone_dtoh(&patch_proj.weight)?;
+    if weight.len() != shape.embed * cols {
+        return Err(CudaError::Invalid(format!(
+            "patch embedding weight: {} values, expected {} x {cols}",
+            weight.len(),
+            shape.embed
+        )));
+    }
+    let mut padded = vec![bf16::ZERO; shape.embed * row_len];
+    for (dst, src) in padded
+        .chunks_exact_mut(row_len)
+        .zip(weight.chunks_exact(cols))
+    {
+        dst[..cols].copy_from_slice(src);
+    }
+    Ok(dev.stream.clone_htod(&padded)?)
 }

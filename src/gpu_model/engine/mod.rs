@@ -573,6 +573,7 @@ impl GpuSession {
             &dev,
             front_bufs,
             &shape,
+            &model.weights.aggregator().dino.patch_proj,
             sc.gemm_tuning,
             &model.gemm_choices,
         )?;
@@ -625,7 +626,7 @@ impl GpuSession {
         let m = s.max_call;
         let c = s.embed;
         let plane = s.plane();
-        let patch_len = 3 * cfg.patch * cfg.patch;
+        let patch_len = ops::patch_row_len(cfg.patch);
         // The front (DINO) and the main stream run at the same time: each has its own scratch.
         let tokens = m * s.tokens;
         let dino_tokens = m * s.dino_tokens;
