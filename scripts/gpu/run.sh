@@ -23,6 +23,8 @@
 #               (scripts/gpu/ncu_detail.py)
 #   10k         bench e2e --frames 10000 (about 5.5 minutes: alone in a call)
 # E2E_ARGS adds arguments to every bench e2e run (e.g. E2E_ARGS="--kernel ws-m256").
+# VARIANT="NAME=VALUE" runs the new build a third time with that environment setting (e2e,
+# pairs, attention, profile), and its camera-head, model and pair tests once more.
 # A device call ends after 600 s: the tests take about 2 minutes, a bench e2e run under a
 # minute, the anchors 4 to 5; each run here has its own timeout, so a hang costs one step.
 #
@@ -30,7 +32,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 if [ $# -eq 0 ] || [ "$1" = --help ] || [ "$1" = -h ]; then
-  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 OUT=${OUT:-/tmp/gpu-out}
@@ -58,9 +60,14 @@ unpack() {
     >"$logs/gpu.csv" 2>&1 || true
 }
 
-builds() {  # the staged builds, new first
+builds() {  # the staged builds, new first, then the new build with VARIANT's setting
   echo streamrecon
   [ -x "$bin/baseline" ] && echo baseline
+  [ -n "${VARIANT:-}" ] && echo variant
+}
+
+build_cmd() {  # build: sets cmd to the command that runs it ("variant": the new one, VARIANT set)
+  if [ "$1" = variant ]; then cmd=(env "$VARIANT" "$bin/streamrecon"); else cmd=("$bin/$1"); fi
 }
 
 step_tests() {
@@ -80,6 +87,17 @@ step_tests() {
     note "test $name: rc $rc, $(grep -h '^test result' "$logs/test-$name.log" | tail -1), $skipped skipped"
   done
   note "tests: $ok executables passed, $bad failed"
+  [ -n "${VARIANT:-}" ] || return 0
+  for name in cuda_camera_head cuda_model cuda_pipeline_pairs; do
+    t="$bin/tests/$name"
+    [ -x "$t" ] || continue
+    env "$VARIANT" STREAMRECON_FIXTURES=$PWD/.gpu/fixtures STREAMRECON_REQUIRE_FIXTURES=1 \
+      STREAMRECON_REQUIRE_GPU=1 timeout 300 "$t" --test-threads=1 --nocapture \
+      >"$logs/test-variant-$name.log" 2>&1
+    rc=$?
+    [ "$rc" = 0 ] || failed+=("test-variant:$name")
+    note "test $name with $VARIANT: rc $rc, $(grep -h '^test result' "$logs/test-variant-$name.log" | tail -1)"
+  done
 }
 
 e2e_runs() {  # label, extra bench e2e arguments...
@@ -88,7 +106,8 @@ e2e_runs() {  # label, extra bench e2e arguments...
   for ((r = 1; r <= ROUNDS; r++)); do
     for b in $(builds); do
       note "e2e $label $b round $r"
-      timeout 240 "$bin/$b" bench e2e --frames 300 "$@" "${e2e_extra[@]}" \
+      build_cmd "$b"
+      timeout 240 "${cmd[@]}" bench e2e --frames 300 "$@" "${e2e_extra[@]}" \
         --json "$logs/e2e-$label-$b-$r.json" >"$logs/e2e-$label-$b-$r.log" 2>&1 \
         || { note "e2e $label $b round $r failed (rc $?)"; failed+=("e2e-$label-$b"); }
     done
@@ -99,7 +118,8 @@ step_attention() {
   local b
   for b in $(builds); do
     note "attention $b"
-    timeout 240 "$bin/$b" bench attention --json "$logs/attention-$b.json" >"$logs/attention-$b.log" 2>&1 \
+    build_cmd "$b"
+    timeout 240 "${cmd[@]}" bench attention --json "$logs/attention-$b.json" >"$logs/attention-$b.log" 2>&1 \
       || { note "attention $b failed"; failed+=("attention-$b"); }
   done
 }
@@ -132,9 +152,10 @@ step_profile() {
   [ -n "$ncu" ] || { note "profile: ncu not found"; failed+=(profile); return; }
   for b in $(builds); do
     note "profile $b: $ncu over streaming frame 30 of 40"
+    build_cmd "$b"
     # --log-file keeps ncu's CSV apart from the bench's own output.
     timeout 400 "$ncu" --profile-from-start off --metrics gpu__time_duration.sum --csv \
-      --print-units base --log-file "$logs/ncu-$b.csv" "$bin/$b" bench e2e --frames 40 \
+      --print-units base --log-file "$logs/ncu-$b.csv" "${cmd[@]}" bench e2e --frames 40 \
       --in-flight 1 --profiler-frame 30 --profile-frames 0 "${e2e_extra[@]}" >"$logs/ncu-$b.log" 2>&1 \
       || { note "profile $b failed"; failed+=("profile:$b"); }
   done
@@ -142,6 +163,11 @@ step_profile() {
   [ -s "$logs/ncu-baseline.csv" ] && base=("$logs/ncu-baseline.csv")
   python3 scripts/gpu/ncu_families.py "$logs/ncu-streamrecon.csv" "${base[@]}" \
     >"$logs/ncu-families.txt" 2>&1 || failed+=(profile-table)
+  if [ -s "$logs/ncu-variant.csv" ]; then
+    { echo; echo "With $VARIANT (against the new build without it):"; echo
+      python3 scripts/gpu/ncu_families.py "$logs/ncu-variant.csv" "$logs/ncu-streamrecon.csv" \
+        | sed -n '/^Against the baseline/,$p'; } >>"$logs/ncu-families.txt" 2>&1
+  fi
 }
 
 # Nsight Compute's sections (speed of light, occupancy, launch, compute workload) for the kernels

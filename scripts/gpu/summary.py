@@ -72,7 +72,7 @@ def main(logs):
 
     runs = defaultdict(list)
     for path in sorted(logs.glob("e2e-*-*-*.json")):
-        m = re.fullmatch(r"e2e-(.+)-(streamrecon|baseline)-(\d+)\.json", path.name)
+        m = re.fullmatch(r"e2e-(.+)-(streamrecon|baseline|variant)-(\d+)\.json", path.name)
         report = load_json(path) if m else None
         if report:
             runs[(m.group(1), m.group(2))].append(report)
