@@ -179,7 +179,7 @@ step_detail() {
   ncu=$(find_ncu)
   [ -n "$ncu" ] || { note "detail: ncu not found"; failed+=(detail); return; }
   note "detail: $ncu sections over streaming frame 30 of 40"
-  timeout 500 "$ncu" --profile-from-start off \
+  timeout 150 "$ncu" --profile-from-start off \
     --kernel-name 'regex:^(nvjet|paged_attention_fwd_sm90_ws$|paged_attention_fwd_sm90_ws_qkv|residual_layer_norm_1024|qkv_split|cam_sweep)' \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --csv --page details --print-units base \
