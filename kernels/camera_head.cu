@@ -72,42 +72,6 @@ __device__ __forceinline__ Chunk8 ld_stream(const u16* p) {
     return c;
 }
 
-// The bulk form's ring (sm_90: one bulk copy engine request a batch, completing on an mbarrier):
-// BULK_STAGES batches of LIN_THREADS x 4 x 16 bytes (the register sweep's batch, 16 KB) after
-// the x rows in dynamic shared memory, then a barrier a stage. The host's bulk_smem agrees.
-#define BULK_STAGES 12
-#define BULK_BATCH_BYTES (LIN_THREADS * 4 * 16)
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define LIN_HAS_BULK 1
-__device__ __forceinline__ void bulk_bar_init(u32 bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
-}
-// The bytes the stage's copy will deliver, announced with the one arrival its phase needs.
-__device__ __forceinline__ void bulk_bar_expect(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-        "l"(src), "r"(bytes), "r"(bar)
-        : "memory");
-}
-__device__ __forceinline__ void bulk_bar_wait(u32 bar, u32 parity) {
-    u32 done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-#else
-#define LIN_HAS_BULK 0
-#endif
-
 // ---------------------------------------------------------------------------------------------
 // x = token_norm(token) (LN, affine, eps_token) and xn = LN(x) without affine (eps_adaptive):
 // the trunk's base and the adaptive modulation's normalised input, computed once per call.
@@ -416,9 +380,8 @@ __device__ __forceinline__ void lin_epilogue(const LinArgs& a, u32 g, u32 row, c
 // epilogue reduces across its warps. Eight chunks a batch instead of four was a tie.
 #define SWEEP_MAX_ROWS 64
 
-template <int M, int NC, int U, int R = 0, bool BULK = false>
+template <int M, int NC, int U, int R = 0>
 __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
-    static_assert(!BULK || (R > 0 && U == 4), "the bulk form is the sweep's, 16 KB batches");
     __shared__ float red[8 * 32];
     __shared__ float bred[LIN_WARPS][8][SPEC_POSE_ENC_LEN];
     __shared__ u32 s_last;
@@ -451,36 +414,8 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
                 b[u] = ld_stream(a.w + (u64)r * K + (u64)((u % RR) * 256 + threadIdx.x) * 8);
         }
     };
-    // The bulk form: the CTA's first BULK_STAGES batches (its whole block, for most shapes) are
-    // asked for at once, before the prologue; the ring follows the x rows (M * K bf16).
-#if LIN_HAS_BULK
-    constexpr u32 G_COLS = R > 0 ? U / R : 1;  // columns a batch
-    const u32 sw_batches = sw_c1 > sw_c0 ? (sw_c1 - sw_c0 + G_COLS - 1) / G_COLS : 0;
-    const u32 ring = (u32)__cvta_generic_to_shared(xs) + M * K * 2;
-    const u32 bars = ring + BULK_STAGES * BULK_BATCH_BYTES;
-    auto bulk_issue = [&](u32 b) {
-        const u32 first = sw_c0 + b * G_COLS;
-        const u32 cols = min(G_COLS, sw_c1 - first);
-        const u32 bytes = cols * K * 2;
-        const u32 bar = bars + (b % BULK_STAGES) * 8;
-        bulk_bar_expect(bar, bytes);
-        bulk_copy(ring + (b % BULK_STAGES) * BULK_BATCH_BYTES, a.w + (u64)first * K, bytes, bar);
-    };
-#endif
-    if constexpr (R > 0 && !BULK) {
+    if constexpr (R > 0) {
         if (sw_c0 < sw_c1) sw_load(sw_cur, sw_c0);
-    }
-    if constexpr (BULK) {
-#if LIN_HAS_BULK
-        if (threadIdx.x == 0) {
-            for (u32 st = 0; st < BULK_STAGES; ++st) bulk_bar_init(bars + st * 8);
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-            for (u32 b = 0; b < sw_batches && b < BULK_STAGES; ++b) bulk_issue(b);
-        }
-        __syncthreads();  // the barriers are initialised before anyone waits on them
-#else
-        __trap();  // the host takes the bulk form on sm_90 and later only
-#endif
     }
 
     // x rows: shared memory (prologue) or global. Dead rows of the tile (r >= nr) read zeros
@@ -591,23 +526,8 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
                 unpack8(*(const Chunk8*)(xrow[r] + (u64)(j * 256 + t) * 8), xf[r][j]);
         Chunk8 nxt[U];
         Chunk8 (&cur)[U] = sw_cur;
-        u32 batch = 0;
-        for (u32 row = c0; row < c1; row += G, ++batch) {
-            if constexpr (BULK) {
-#if LIN_HAS_BULK
-                // Thread t's chunks of the batch sit where the register form would load them
-                // from: chunk u * 256 + t (column row + u / R, part u % R).
-                const u32 st = batch % BULK_STAGES;
-                bulk_bar_wait(bars + st * 8, (batch / BULK_STAGES) & 1u);
-                const Chunk8* stage = (const Chunk8*)((const unsigned char*)xs + M * K * 2 +
-                                                      (u64)st * BULK_BATCH_BYTES);
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-                    if (row + u / RR < c1) cur[u] = stage[u * LIN_THREADS + t];
-#endif
-            } else {
-                if (row + G < c1) sw_load(nxt, row + G);
-            }
+        for (u32 row = c0; row < c1; row += G) {
+            if (row + G < c1) sw_load(nxt, row + G);
             float acc[G][M];
 #pragma unroll
             for (int q = 0; q < G; ++q)
@@ -630,16 +550,8 @@ __device__ __forceinline__ void linear_body(const LinArgs& a, u16* xs) {
                     const float v = warp_sum(acc[q][r]);
                     if (lane == 0 && row + q < c1) sw_part[row + q - c0][r][warp] = v;
                 }
-            if constexpr (BULK) {
-#if LIN_HAS_BULK
-                // Every thread has its chunks of this stage in registers: refill it.
-                __syncthreads();
-                if (t == 0 && batch + BULK_STAGES < sw_batches) bulk_issue(batch + BULK_STAGES);
-#endif
-            } else {
 #pragma unroll
-                for (int u = 0; u < U; ++u) cur[u] = nxt[u];
-            }
+            for (int u = 0; u < U; ++u) cur[u] = nxt[u];
         }
         __syncthreads();
         // One thread a (column, row): c1 - c0 <= SWEEP_MAX_ROWS, so M * 64 <= LIN_THREADS.
@@ -776,16 +688,6 @@ LIN_ENTRY(cam_linear3_m8, 8, 3, 4)
         extern __shared__ __align__(16) u16 lin_xs[];                                 \
         linear_body<M, 1, 4, R>(a, lin_xs);                                           \
     }
-// Bulk sweep entry points (one row, k = 2048 R; sm_90): the sweep with its weights brought in by
-// the bulk copy engine, BULK_STAGES batches in flight a CTA (one CTA an SM); dynamic shared
-// memory k * 2 + BULK_STAGES * (BULK_BATCH_BYTES + 8) bytes.
-#define LIN_BULK_ENTRY(name, R)                                                       \
-    extern "C" __global__ void __launch_bounds__(LIN_THREADS, 1) name(const LinArgs a) { \
-        extern __shared__ __align__(16) u16 lin_xs[];                                 \
-        linear_body<1, 1, 4, R, true>(a, lin_xs);                                     \
-    }
-LIN_BULK_ENTRY(cam_bulk_k2048, 1)
-LIN_BULK_ENTRY(cam_bulk_k8192, 4)
 LIN_SWEEP_ENTRY(cam_sweep_k2048, 1, 1)
 LIN_SWEEP_ENTRY(cam_sweep_k8192, 1, 4)
 LIN_SWEEP_ENTRY(cam_sweep2_k2048, 2, 1)

@@ -24,9 +24,9 @@ use half::bf16;
 
 use crate::backend::cuda::arena::DevPtr;
 use crate::backend::cuda::small_m::{
-    BULK_ENTRIES, EPI_BF16, EPI_BF16_GELU, EPI_BRANCH, EPI_MODULATE, EPI_RESID, LIN_MAX_TILE,
-    LIN_SMEM_LIMIT, LIN_WARPS, LinArgs, LinResident, PRO_EMBED, PRO_LN, SWEEP_ENTRIES,
-    bulk_enabled, bulk_resident_ctas, launch_linear, lin_name, lin_resident_ctas, lin_tile, u32_of,
+    EPI_BF16, EPI_BF16_GELU, EPI_BRANCH, EPI_MODULATE, EPI_RESID, LIN_MAX_TILE, LIN_SMEM_LIMIT,
+    LIN_WARPS, LinArgs, LinResident, PRO_EMBED, PRO_LN, SWEEP_ENTRIES, launch_linear, lin_name,
+    lin_resident_ctas, lin_tile, u32_of,
 };
 use crate::backend::cuda::{CudaDevice, CudaError};
 use crate::model::camera_head::CameraHead;
@@ -264,21 +264,7 @@ impl GpuCameraHead {
                 *r = lin_resident_ctas(dev, name, rows * width * 2)?;
             }
         }
-        let bulk = if bulk_enabled(dev) {
-            let mut bulk = [0usize; 2];
-            for (r, (k, name)) in bulk.iter_mut().zip(BULK_ENTRIES) {
-                *r = bulk_resident_ctas(dev, name, k)?;
-            }
-            tracing::info!("camera head: one-row linears in the bulk form ({bulk:?} CTAs)");
-            Some(bulk)
-        } else {
-            None
-        };
-        let lin_resident = LinResident {
-            general,
-            sweep,
-            bulk,
-        };
+        let lin_resident = LinResident { general, sweep };
         // Row tiles of a call and the pose branch's CTAs (partial sums per tile and CTA).
         let max_tiles = (1..=m)
             .map(|rows| lin_tile(rows, width, true).map(|t| rows.div_ceil(t)))

@@ -138,8 +138,6 @@ pub const SOURCES: &[KernelSource] = &[
             "cam_sweep_k8192",
             "cam_sweep2_k2048",
             "cam_sweep2_k8192",
-            "cam_bulk_k2048",
-            "cam_bulk_k8192",
             "cam_attention_partial",
         ],
         hopper_only: false,

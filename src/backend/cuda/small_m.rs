@@ -7,7 +7,6 @@
 //! latency-bound at m = 1; this is not. The camera head is its main user;
 //! [`small_m_linear`] exposes the plain layer.
 
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
 use half::bf16;
 
@@ -145,42 +144,6 @@ pub(crate) const SWEEP_ENTRIES: [[(usize, &str); 2]; 2] = [
 ];
 const SWEEP_MAX_ROWS: usize = 64;
 
-/// The bulk sweep (`cam_bulk_k*`, sm_90 and later): the one-row sweep with its weights brought
-/// into shared memory by the bulk copy engine, `BULK_STAGES` batches of `BULK_BATCH_BYTES` in
-/// flight a CTA, one CTA an SM (kernels/camera_head.cu's constants of the same names).
-pub(crate) const BULK_ENTRIES: [(usize, &str); 2] =
-    [(2048, "cam_bulk_k2048"), (8192, "cam_bulk_k8192")];
-const BULK_STAGES: usize = 12;
-const BULK_BATCH_BYTES: usize = LIN_THREADS as usize * 4 * 16;
-
-/// Dynamic shared memory of a bulk sweep at `k`: the x row, the ring, a barrier a stage.
-pub(crate) fn bulk_smem(k: usize) -> usize {
-    k * 2 + BULK_STAGES * (BULK_BATCH_BYTES + 8)
-}
-
-/// Whether the camera head's one-row sweeps take the bulk form on `dev` (an experiment:
-/// `STREAMRECON_CAM_LINEARS=bulk`, Hopper and later).
-pub(crate) fn bulk_enabled(dev: &CudaDevice) -> bool {
-    dev.info.arch >= 90
-        && std::env::var("STREAMRECON_CAM_LINEARS").is_ok_and(|v| v.eq_ignore_ascii_case("bulk"))
-}
-
-/// Resident CTAs of a bulk entry, its shared memory opted in first.
-pub(crate) fn bulk_resident_ctas(
-    dev: &CudaDevice,
-    name: &str,
-    k: usize,
-) -> Result<usize, CudaError> {
-    let f = dev.kernels.get(name)?;
-    let smem = bulk_smem(k);
-    f.set_attribute(
-        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        smem as i32,
-    )?;
-    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(LIN_THREADS, smem, None)?;
-    Ok((per_sm as usize) * dev.info.sm_count.max(1) as usize)
-}
-
 /// The sweep entry point of a launch and its index (row tile, k) in [`SWEEP_ENTRIES`], where
 /// it has one: one or two rows, one column a group, a k it is built for, aligned operands, not the
 /// pose branch (whose epilogue reduces over the warps of the general form).
@@ -213,8 +176,6 @@ pub(crate) struct LinResident {
     pub(crate) general: [[usize; 4]; 2],
     /// By [`SWEEP_ENTRIES`] index.
     pub(crate) sweep: [[usize; 2]; 2],
-    /// By [`BULK_ENTRIES`] index; `None` where the bulk form is not taken.
-    pub(crate) bulk: Option<[usize; 2]>,
 }
 
 /// CTAs along x for `groups` column groups: one group per warp when they all fit at once, else
@@ -261,24 +222,11 @@ pub(crate) unsafe fn launch_linear(
         a.group_stride = 0;
     }
     let sweep = sweep_name(&a, nc3, tile);
-    // One row on Hopper, where chosen: the bulk form of the same sweep.
-    let bulk = match (sweep, resident) {
-        (Some((_, (0, i))), Some(r)) => r.bulk.map(|b| (i, b[i])),
-        (Some((_, (0, i))), None) if bulk_enabled(dev) => {
-            Some((i, bulk_resident_ctas(dev, BULK_ENTRIES[i].1, k)?))
-        }
-        _ => None,
-    };
-    let (name, smem) = match (bulk, sweep) {
-        (Some((i, _)), _) => (BULK_ENTRIES[i].1, bulk_smem(k)),
-        (None, Some((name, _))) => (name, smem),
-        (None, None) => (name, smem),
-    };
-    let resident = match (bulk, resident, sweep) {
-        (Some((_, r)), _, _) => r,
-        (None, Some(r), None) => r.general[usize::from(nc3)][tile.trailing_zeros() as usize],
-        (None, Some(r), Some((_, (f, i)))) => r.sweep[f][i],
-        (None, None, _) => lin_resident_ctas(dev, name, smem)?,
+    let name = sweep.map_or(name, |(name, _)| name);
+    let resident = match (resident, sweep) {
+        (Some(r), None) => r.general[usize::from(nc3)][tile.trailing_zeros() as usize],
+        (Some(r), Some((_, (f, i)))) => r.sweep[f][i],
+        (None, _) => lin_resident_ctas(dev, name, smem)?,
     };
     let grid_x = if sweep.is_some() {
         sweep_grid_x(n, resident)
@@ -291,12 +239,6 @@ pub(crate) unsafe fn launch_linear(
         shared_mem_bytes: smem as u32,
     };
     let f = dev.kernels.get(name)?;
-    if bulk.is_some() {
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem as i32,
-        )?;
-    }
     let mut b = dev.stream.launch_builder(f);
     b.arg(&a);
     // SAFETY: the caller guarantees the buffers behind `a`; the struct matches the kernel's.
