@@ -11,7 +11,9 @@
 //                tile may straddle pages). A stage is announced on its `full` mbarrier once its copies
 //                landed (the producer waits LAG tiles behind, then fences to the async proxy and
 //                arrives), and refilled once every consumer arrived on its `empty` mbarrier.
-//   warpgroups 1 .. NC  consumers, 64 query rows each. Per key tile j one "GEMM section" issues
+//   warpgroups 1 .. NC  consumers, 64 query rows each (a last tile of at most 64 rows, such as
+//                the 17 of 1041 tokens, has consumer 0 work alone, taking no turns: the others
+//                leave at once). Per key tile j one "GEMM section" issues
 //                S(j) = Q K(j)^T (m64nBNk16, Q and K from shared memory) together with
 //                O += P(j-1) V(j-1) (m64n64k16, P from registers, V MN-major), waits for S(j),
 //                then does the online softmax of S(j) into P(j) on the CUDA cores while its own
@@ -383,7 +385,10 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
 }
 
 // ---- consumer warpgroup c (0 .. NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
-template <int BN, bool QKV, u32 NC, int SM>
+// LONE: the tile's rows all lie in consumer 0's 64 (a partial last tile, such as the 17 rows of
+// 1041 tokens): consumer 0 works alone and takes no turns, the others have left. Its own instance
+// of the loop, so that the shared one stays as it was.
+template <int BN, bool QKV, u32 NC, int SM, bool LONE>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, u32* __restrict__ tickets, u32 lq,
     u32 heads, u32 n_splits, float scale_log2, float offset_log2, u16* sq, u16* skv, u32 bar_full, u32 bar_empty, u32 c, u32 tid, u32 lane,
@@ -424,23 +429,24 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     // Ping-pong: barrier 1 + c is "consumer c may issue"; each consumer syncs on its own and
     // arrives on the other's after issuing. Consumer 0 goes first. Counts match exactly: each
     // consumer issues n_tiles + 1 sections; the last consumer arrives once up front and skips the
-    // arrive after its last section (nobody would wait for it).
+    // arrive after its last section (nobody would wait for it). A lone consumer takes no turns.
     const u32 my_turn = 1 + c;
     const u32 other_turn = 1 + (c + 1) % NC;
+    constexpr bool turns = !LONE;
 
     if (n_tiles > 0) {
-        if (c == NC - 1) named_arrive(other_turn, 256);
+        if (turns && c == NC - 1) named_arrive(other_turn, 256);
         float corr[2];
 
         // Section 0: S(0) only (stage 0, its first phase).
         mbar_wait(bar_full, 0);
-        named_sync(my_turn, 256);
+        if (turns) named_sync(my_turn, 256);
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc)
             wgmma_s<BN>(s, smem_desc_of(dq + kc * 2), smem_desc_of(smem_desc_lo(skv0) + kc * 2), kc);
         wgmma_commit();
-        named_arrive(other_turn, 256);
+        if (turns) named_arrive(other_turn, 256);
         wgmma_wait<0>();
         fence_regs<BN / 2>(s);
         ws_softmax_exp<BN, SM>(s, row_max, row_sum, corr, lane, kv_begin, kv_end, scale_log2);
@@ -462,7 +468,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             }
             const u32 dk = smem_desc_lo(skv0 + stage * Ws<BN>::STAGE_BYTES);
             mbar_wait(bar_full + stage * 8, phase);
-            named_sync(my_turn, 256);
+            if (turns) named_sync(my_turn, 256);
             fence_regs<BN / 2>(s);
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
@@ -474,7 +480,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 #pragma unroll
             for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc_of(dv_prev + kc * 128));
             wgmma_commit();
-            named_arrive(other_turn, 256);
+            if (turns) named_arrive(other_turn, 256);
             wgmma_wait<1>();  // S(j) done (groups complete in order); P V may still run
             fence_regs<BN / 2>(s);
             ws_softmax_exp<BN, SM>(s, row_max, row_sum, corr, lane, kv_begin + j * BN, kv_end, scale_log2);
@@ -489,7 +495,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
         // Last section: O += P(n-1) V(n-1).
         {
             const u32 dv_last = dv_prev;  // tile n_tiles - 1's V
-            named_sync(my_turn, 256);
+            if (turns) named_sync(my_turn, 256);
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
             wgmma_fence();
@@ -497,7 +503,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             for (int kc = 0; kc < BN / 16; ++kc) wgmma_m64n64k16_rs_trans(o_acc, p[kc], smem_desc_of(dv_last + kc * 128));
             wgmma_commit();
             // The very last turn (the last consumer's) arrives nowhere.
-            if (c != NC - 1) named_arrive(other_turn, 256);
+            if (turns && c != NC - 1) named_arrive(other_turn, 256);
             wgmma_wait<0>();
             fence_regs<32>(o_acc);
             fence_frag<BN / 16>(p);
@@ -546,8 +552,10 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     // The splits merged here, by whichever split's warp finishes these 16 rows last: every warp
     // publishes its partial (the fence orders its stores before its ticket), the last to take a
     // ticket reads the others' partials and writes the bf16 rows, and sets the ticket back to
-    // zero for the next launch. Rows past lq still take their ticket, so every slot counts
-    // n_splits arrivals. Same sums in the same split order as attention_combine.
+    // zero for the next launch. Rows past lq of a working consumer still take their ticket, so
+    // every slot counts n_splits arrivals (a consumer that left takes none, in every split alike:
+    // a lone tile is lone in all of them). Same sums in the same split order as
+    // attention_combine.
     const u32 slot = (h * gridDim.x + blockIdx.x) * (NC * 4) + c * 4 + (warp & 3);
     __threadfence();
     __syncwarp();
@@ -656,12 +664,16 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 n_tiles = tile_end > tile_begin ? tile_end - tile_begin : 0;
     const u32 kv_begin = tile_begin * BN;
     const u32 kv_end = n_tiles > 0 ? (tile_end * BN < kv_len ? tile_end * BN : kv_len) : kv_begin;
+    // A tile whose rows all lie in the first consumer's 64 (the grid has no tile starting at or
+    // past lq): that consumer works alone, the others leave (the empty barriers count one).
+    const bool lone = lq - q0 <= WS_WG_ROWS;
+    const u32 nc = lone ? 1 : NC;
 
     if (tid == 0) {
 #pragma unroll
         for (int s = 0; s < Ws<BN>::STAGES; ++s) {
             mbar_init(bar_full + s * 8, 128);        // every producer thread arrives
-            mbar_init(bar_empty + s * 8, NC * 128);  // every consumer thread arrives
+            mbar_init(bar_empty + s * 8, nc * 128);  // every working consumer thread arrives
         }
     }
     __syncthreads();  // the only CTA-wide barrier: the roles never meet again
@@ -678,8 +690,12 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     } else {
         if constexpr (REGS && NC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         if constexpr (REGS && NC == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;\n" ::: "memory");
-        ws_consumer<BN, QKV, NC, SM>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, offset_log2, sq, skv,
-            bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
+        if (!lone)
+            ws_consumer<BN, QKV, NC, SM, false>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, offset_log2, sq,
+                skv, bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
+        else if (role == 1)
+            ws_consumer<BN, QKV, NC, SM, true>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, offset_log2, sq,
+                skv, bar_full, bar_empty, 0, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
     }
 }
 
