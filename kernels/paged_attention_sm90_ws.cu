@@ -11,9 +11,9 @@
 //                tile may straddle pages). A stage is announced on its `full` mbarrier once its copies
 //                landed (the producer waits LAG tiles behind, then fences to the async proxy and
 //                arrives), and refilled once every consumer arrived on its `empty` mbarrier.
-//   warpgroups 1 .. NC  consumers, 64 query rows each (a last tile of at most 64 rows, such as
-//                the 17 of 1041 tokens, has consumer 0 work alone, taking no turns: the others
-//                leave at once). Per key tile j one "GEMM section" issues
+//   warpgroups 1 .. NC  consumers, 64 query rows each (with four consumers, a last tile of at
+//                most 64 rows, such as the 17 of 1041 tokens, has consumer 0 work alone, taking
+//                no turns: the others leave at once). Per key tile j one "GEMM section" issues
 //                S(j) = Q K(j)^T (m64nBNk16, Q and K from shared memory) together with
 //                O += P(j-1) V(j-1) (m64n64k16, P from registers, V MN-major), waits for S(j),
 //                then does the online softmax of S(j) into P(j) on the CUDA cores while its own
