@@ -378,14 +378,14 @@ fn paged_attention_matches_reference() {
         pages: [full(&[3, 1, 0], 999), vec![(2, 24)]].concat(),
         splits: None,
     });
-    // A 4:3 frame's 1041 tokens (518x392): the four-consumer kernel's fifth query tile holds 17
-    // rows, so three of its consumers have no rows and leave; eight key splits merge in the
-    // kernel with the tail tile's lone consumer among them.
+    // A 4:3 frame's 1042 tokens (518x392): the four-consumer kernel's fifth query tile holds 18
+    // rows, so its four consumers share its key tiles (two or one each of a split's seven) and
+    // merge them; eight key splits merge in the kernel with that tile among them.
     cases.push(Case {
         heads: 16,
-        lq: 1041,
-        page_size: 1041,
-        pages: [full(&[3, 1, 0], 1041), vec![(2, 60)]].concat(),
+        lq: 1042,
+        page_size: 1042,
+        pages: [full(&[3, 1, 0], 1042), vec![(2, 60)]].concat(),
         splits: Some(8),
     });
     // A long sequence in shuffled pages with padded slots: the warp-specialised kernel's K/V ring

@@ -1,5 +1,6 @@
 //! `bench attention`: one global-attention layer at the shapes of docs/performance.md (1005
-//! queries, 16 heads x 64, keys = live frames x 999 patches + 6 specials per frame seen), paged
+//! queries at 518x378, 1042 at 518x392; 16 heads x 64, keys = live frames x the frame's patches
+//! plus 6 specials per frame seen), paged
 //! (our kernel over the real `PageTable` plan) against the dense baseline (concatenate the
 //! visible K/V at every call, then attend), with the relative error of each against an f64-
 //! accumulating host reference on sampled query rows.
@@ -39,8 +40,12 @@ pub struct AttentionConfig {
     pub check_rows: usize,
     /// Kernel of the paged and dense rows; None: the best this GPU has.
     pub kernel: Option<AttentionKernel>,
-    /// Tokens per page; None: exact pages (= patches per frame, 999).
+    /// Tokens per page; None: exact pages (= patches per frame, 999 at 518x378).
     pub page_size: Option<usize>,
+    /// The model's input size, multiples of [`PATCH`]: a frame's queries are its patches plus
+    /// the 6 special tokens (518x378: 1005; 518x392, a 4:3 input: 1042).
+    pub width: usize,
+    pub height: usize,
     /// GPU ordinal.
     pub device: usize,
 }
@@ -57,12 +62,12 @@ pub enum AttentionProgress<'a> {
     CaseDone(&'a CaseResult),
 }
 
-// The model's geometry at 518x378 (docs/gct-model.md).
+// The model's geometry (docs/gct-model.md).
 const HEADS: usize = 16;
 const HEAD_DIM: usize = 64;
-const PATCHES: usize = 999;
+/// Pixels a side of one patch.
+pub const PATCH: usize = 14;
 const SPECIALS: usize = 6;
-const LQ: usize = PATCHES + SPECIALS;
 /// Uniform data in [-2, 2): logits with a standard deviation near 1.3, a softmax that is neither
 /// flat nor one-hot.
 const DATA_SCALE: f32 = 2.0;
@@ -128,8 +133,8 @@ pub struct AttentionReport {
     pub sweep_72_72: Vec<SweepPoint>,
 }
 
-fn tflops(lkv: u32, ms: f64) -> f64 {
-    4.0 * LQ as f64 * lkv as f64 * (HEADS * HEAD_DIM) as f64 / (ms * 1e-3) / 1e12
+fn tflops(lq: usize, lkv: u32, ms: f64) -> f64 {
+    4.0 * lq as f64 * lkv as f64 * (HEADS * HEAD_DIM) as f64 / (ms * 1e-3) / 1e12
 }
 
 fn median(mut v: Vec<f32>) -> f64 {
@@ -207,6 +212,7 @@ pub fn run_attention(
     cfg: &AttentionConfig,
     mut progress: impl FnMut(AttentionProgress<'_>),
 ) -> Result<AttentionReport, BenchError> {
+    patches_of(cfg.width, cfg.height)?;
     let dev = CudaDevice::open(cfg.device).map_err(BenchError::AttentionNeedsGpu)?;
     progress(AttentionProgress::DeviceOpened {
         info: &dev.info,
@@ -264,6 +270,19 @@ pub fn run_attention(
         sweep_72_72: sweep_points,
     })
 }
+
+/// Patch tokens of one frame of `width` x `height` pixels.
+pub fn patches_of(width: usize, height: usize) -> Result<usize, BenchError> {
+    if width == 0 || height == 0 || !width.is_multiple_of(PATCH) || !height.is_multiple_of(PATCH) {
+        return Err(BenchError::Resolution {
+            width,
+            height,
+            patch: PATCH,
+        });
+    }
+    Ok((width / PATCH) * (height / PATCH))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn attention_case(
     dev: &CudaDevice,
@@ -276,7 +295,9 @@ fn attention_case(
     sweep_points: &mut Vec<SweepPoint>,
 ) -> Result<CaseResult, BenchError> {
     // The real bookkeeping: commit seen - 1 keyframes, then plan the step of the last one.
-    let mut cfg = CacheConfig::new(1, HEADS, HEAD_DIM, PATCHES, SCALE_FRAMES, WINDOW);
+    let patches = patches_of(bench.width, bench.height)?;
+    let lq = patches + SPECIALS;
+    let mut cfg = CacheConfig::new(1, HEADS, HEAD_DIM, patches, SCALE_FRAMES, WINDOW);
     cfg.page_size = bench.page_size;
     cfg.dtype = StorageDtype::Bf16;
     cfg.special_pool.max_frames = cfg.special_pool.max_frames.max(seen);
@@ -302,24 +323,24 @@ fn attention_case(
 
     // Random pool, queries and this step's K/V.
     fill_random(dev, cache.pool_mut(0)?, 1)?;
-    let elems = LQ * HEADS * HEAD_DIM;
+    let elems = lq * HEADS * HEAD_DIM;
     let mut q = dev.stream.alloc_zeros::<bf16>(elems)?;
     fill_random(dev, &mut q, 2)?;
     let mut k_new = dev.stream.alloc_zeros::<bf16>(elems)?;
     let mut v_new = dev.stream.alloc_zeros::<bf16>(elems)?;
     fill_random(dev, &mut k_new, 3)?;
     fill_random(dev, &mut v_new, 4)?;
-    cache.write_layer(dev, 0, &k_new, &v_new, LQ)?;
+    cache.write_layer(dev, 0, &k_new, &v_new, lq)?;
 
     let kv_write = time_runs(dev, bench.warmup, iters, || {
-        cache.write_layer(dev, 0, &k_new, &v_new, LQ)
+        cache.write_layer(dev, 0, &k_new, &v_new, lq)
     })?;
 
-    let mut ws = AttentionWorkspace::new(dev, LQ, HEADS, 16)?;
+    let mut ws = AttentionWorkspace::new(dev, lq, HEADS, 16)?;
     let mut out = dev.stream.alloc_zeros::<bf16>(elems)?;
     // Host copies for the reference on sampled rows, and for the bound on the scores that
     // lets the bounded kernel fix its softmax offset.
-    let rows = sample_rows(LQ, bench.check_rows);
+    let rows = sample_rows(lq, bench.check_rows);
     let pool_host = dev.stream.clone_dtoh(cache.pool(0)?)?;
     let q_host = dev.stream.clone_dtoh(&q)?;
     // The longest query and pool vector (keys and values, an upper bound of the keys) bound
@@ -377,7 +398,7 @@ fn attention_case(
             0,
             &q,
             &mut out,
-            LQ,
+            lq,
             opts(k, bench.splits),
             &mut ws,
         )?;
@@ -389,7 +410,7 @@ fn attention_case(
                 0,
                 &q,
                 &mut out,
-                LQ,
+                lq,
                 opts(k, bench.splits),
                 &mut ws,
             )?;
@@ -400,14 +421,14 @@ fn attention_case(
             kernel: k,
             splits: splits_used,
             ms,
-            tflops: tflops(lkv, ms),
+            tflops: tflops(lq, lkv, ms),
             rel_err,
         });
         for &s in sweep {
             let mut used = 0;
             let times = time_runs(dev, bench.warmup, iters, || {
                 used =
-                    cache_attention(dev, &cache, 0, &q, &mut out, LQ, opts(k, Some(s)), &mut ws)?;
+                    cache_attention(dev, &cache, 0, &q, &mut out, lq, opts(k, Some(s)), &mut ws)?;
                 Ok(())
             })?;
             let ms = median(times);
@@ -416,7 +437,7 @@ fn attention_case(
                 splits_requested: s,
                 splits_used: used,
                 paged_ms: ms,
-                paged_tflops: tflops(lkv, ms),
+                paged_tflops: tflops(lq, lkv, ms),
             });
         }
     }
@@ -428,10 +449,10 @@ fn attention_case(
                 softmax: *softmax,
             };
             dev.stream.memcpy_htod(&poison, &mut out)?;
-            let mut splits = cache_attention(dev, &cache, 0, q_log2, &mut out, LQ, opts, &mut ws)?;
+            let mut splits = cache_attention(dev, &cache, 0, q_log2, &mut out, lq, opts, &mut ws)?;
             let rel_err = check_against(&mut out, reference)?;
             let times = time_runs(dev, bench.warmup, iters, || {
-                splits = cache_attention(dev, &cache, 0, q_log2, &mut out, LQ, opts, &mut ws)?;
+                splits = cache_attention(dev, &cache, 0, q_log2, &mut out, lq, opts, &mut ws)?;
                 Ok(())
             })?;
             let ms = median(times);
@@ -439,7 +460,7 @@ fn attention_case(
                 kernel: bounded,
                 splits,
                 ms,
-                tflops: tflops(lkv, ms),
+                tflops: tflops(lq, lkv, ms),
                 rel_err,
             })
         }
@@ -459,7 +480,7 @@ fn attention_case(
         HEADS,
         &q,
         &mut out,
-        LQ,
+        lq,
         opts(kernel, bench.splits),
         &mut ws,
     )?;
@@ -471,7 +492,7 @@ fn attention_case(
             HEADS,
             &q,
             &mut out,
-            LQ,
+            lq,
             opts(kernel, bench.splits),
             &mut ws,
         )?;
@@ -483,7 +504,7 @@ fn attention_case(
             HEADS,
             &q,
             &mut out,
-            LQ,
+            lq,
             opts(kernel, bench.splits),
             &mut ws,
         )?;
@@ -494,7 +515,7 @@ fn attention_case(
     Ok(CaseResult {
         live_frames: live,
         frames_seen: seen,
-        lq: LQ,
+        lq,
         lkv,
         heads: HEADS,
         head_dim: HEAD_DIM,
@@ -503,11 +524,11 @@ fn attention_case(
         kernel,
         splits: splits_used,
         paged_ms,
-        paged_tflops: tflops(lkv, paged_ms),
+        paged_tflops: tflops(lq, lkv, paged_ms),
         dense_concat_ms: dense_ms,
-        dense_concat_tflops: tflops(lkv, dense_ms),
+        dense_concat_tflops: tflops(lq, lkv, dense_ms),
         dense_attention_only_ms: dense_only_ms,
-        dense_attention_only_tflops: tflops(lkv, dense_only_ms),
+        dense_attention_only_tflops: tflops(lq, lkv, dense_only_ms),
         kv_write_ms: median(kv_write),
         host_upload_us,
         paged_rel_err,
@@ -516,4 +537,21 @@ fn attention_case(
         paged_by_kernel,
         log2_queries,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_has_its_patches_and_a_bad_size_names_itself() {
+        assert_eq!(patches_of(518, 378).unwrap(), 999);
+        // A 4:3 input: 37 x 28 patches, 1042 tokens with the 6 specials.
+        assert_eq!(patches_of(518, 392).unwrap() + SPECIALS, 1042);
+        for (w, h) in [(0, 378), (518, 0), (520, 378), (518, 380)] {
+            let e = patches_of(w, h).unwrap_err().to_string();
+            assert!(e.contains(&format!("{w}x{h}")), "{e}");
+            assert!(e.contains("multiples of the patch size, 14"), "{e}");
+        }
+    }
 }

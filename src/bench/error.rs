@@ -46,6 +46,14 @@ pub enum BenchError {
         #[source]
         source: Box<BenchError>,
     },
+    #[error(
+        "input {width}x{height}: the width and height must be positive multiples of the patch size, {patch}"
+    )]
+    Resolution {
+        width: usize,
+        height: usize,
+        patch: usize,
+    },
     #[error("the chosen kernel was not timed")]
     ChosenKernelNotTimed,
     #[error("{step}: {source}")]

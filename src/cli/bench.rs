@@ -66,7 +66,8 @@ pub struct BenchArgs {
     /// e2e: random weights of this preset (full or tiny).
     #[arg(long, default_value = "full")]
     pub random_weights: String,
-    /// e2e: input size as WIDTHxHEIGHT (multiples of 14).
+    /// e2e and attention: the model's input size as WIDTHxHEIGHT (multiples of 14); attention
+    /// takes its frame's token count from it (518x378: 1005, 518x392: 1042).
     #[arg(long, default_value = "518x378")]
     pub resolution: String,
     /// e2e: streaming frames after the scale frames. viewer: camera positions on the orbit,
@@ -167,6 +168,7 @@ pub(super) fn parse_kernel_choice(name: &str) -> anyhow::Result<Option<Attention
 }
 
 fn attention_config(args: &BenchArgs) -> anyhow::Result<AttentionConfig> {
+    let (width, height) = super::bench_e2e::parse_resolution(&args.resolution)?;
     Ok(AttentionConfig {
         cases: parse_cases(&args.cases)?,
         iters: args.iters,
@@ -176,6 +178,8 @@ fn attention_config(args: &BenchArgs) -> anyhow::Result<AttentionConfig> {
         check_rows: args.check_rows,
         kernel: parse_kernel_choice(&args.kernel)?,
         page_size: args.page_size,
+        width,
+        height,
         device: args.device,
     })
 }
@@ -212,8 +216,9 @@ fn print_table(r: &AttentionReport) {
         r.device, r.arch, r.iters
     );
     println!(
-        "{:>10} {:>7} {:>13} {:>3} {:>16} {:>20} {:>19} {:>8} {:>8}  other kernels (paged)",
+        "{:>10} {:>5} {:>7} {:>13} {:>3} {:>16} {:>20} {:>19} {:>8} {:>8}  other kernels (paged)",
         "live/seen",
+        "Lq",
         "Lkv",
         "kernel",
         "spl",
@@ -242,8 +247,9 @@ fn print_table(r: &AttentionReport) {
             }))
             .collect();
         println!(
-            "{:>10} {:>7} {:>13} {:>3} {:>8.3} ({:>5.0}) {:>12.3} ({:>5.0}) {:>11.3} ({:>5.0}) {:>8.1e} {:>8.1e}  {}",
+            "{:>10} {:>5} {:>7} {:>13} {:>3} {:>8.3} ({:>5.0}) {:>12.3} ({:>5.0}) {:>11.3} ({:>5.0}) {:>8.1e} {:>8.1e}  {}",
             format!("{}/{}", c.live_frames, c.frames_seen),
+            c.lq,
             c.lkv,
             format!("{:?}", c.kernel),
             c.splits,

@@ -10,7 +10,7 @@ use crate::backend::cuda::gemm::Tuning;
 use crate::backend::load::RandomPreset;
 use crate::bench::e2e::{E2eConfig, E2eProgress, E2eReport, GROWTH_HALF_SPAN, GemmChoice, run_e2e};
 
-fn parse_resolution(s: &str) -> anyhow::Result<(usize, usize)> {
+pub(super) fn parse_resolution(s: &str) -> anyhow::Result<(usize, usize)> {
     let (w, h) = s
         .split_once('x')
         .with_context(|| format!("--resolution `{s}`: expected WIDTHxHEIGHT, e.g. 518x378"))?;
