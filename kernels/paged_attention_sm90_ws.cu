@@ -12,9 +12,8 @@
 //                landed (the producer waits LAG tiles behind, then fences to the async proxy and
 //                arrives), and refilled once every consumer arrived on its `empty` mbarrier.
 //   warpgroups 1 .. NC  consumers, 64 query rows each (with four consumers, a last tile of at
-//                most 64 rows, such as the 18 of 1042 tokens, is a "lone" tile: every consumer
-//                takes the same 64 rows against every fourth key tile of the split, taking no
-//                turns, and consumer 0 merges the four partial sums). Per key tile j one "GEMM section" issues
+//                most 64 rows, such as the 18 of 1042 tokens, has consumer 0 work alone, taking
+//                no turns: the others leave at once; its CTAs start after every full tile's). Per key tile j one "GEMM section" issues
 //                S(j) = Q K(j)^T (m64nBNk16, Q and K from shared memory) together with
 //                O += P(j-1) V(j-1) (m64n64k16, P from registers, V MN-major), waits for S(j),
 //                then does the online softmax of S(j) into P(j) on the CUDA cores while its own
@@ -385,82 +384,10 @@ __device__ __forceinline__ void ws_rescale_pack(const float* s, float* o_acc, u3
     }
 }
 
-// ---- a lone tile's merge: consumer c > 0 hands its partial (O, row maxima, row sums: 36 words a
-// thread, stored word-major so that a warp's stores fill whole banks) to consumer 0 through the
-// key ring, free once every consumer is past its loop (each waited for its products, and every
-// key tile's copies landed before some consumer read it). Consumer 0 then holds the tile's sums
-// over all the split's keys, in the same fragment layout (same thread, same rows and columns).
-// Returns whether this consumer goes on to the epilogue (consumer 0 only).
-template <u32 NC, int SM>
-__device__ __forceinline__ bool ws_merge_lone(float* o_acc, float* row_max, float* row_sum,
-    float* ring, u32 c, u32 ctid) {
-    constexpr u32 WORDS = 36;
-    constexpr u32 MERGE_BAR = 1 + 2 * NC;  // after the turn (1 .. NC) and Q (NC + 1 .. 2 NC) barriers
-    named_sync(MERGE_BAR, NC * 128);       // every consumer is done with the ring
-    if (c > 0) {
-        float* mine = ring + (c - 1) * WORDS * 128 + ctid;
-#pragma unroll
-        for (int i = 0; i < 32; ++i) mine[i * 128] = o_acc[i];
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            mine[(32 + hf) * 128] = row_max[hf];
-            mine[(34 + hf) * 128] = row_sum[hf];
-        }
-        named_arrive(MERGE_BAR, NC * 128);
-        return false;
-    }
-    named_sync(MERGE_BAR, NC * 128);  // the others' partials are in the ring
-    // With a running maximum the partials are rescaled to the largest of the maxima (a consumer
-    // that saw no key has maximum -inf and sums 0: weight 0); with a fixed offset all maxima are
-    // that offset and the sums simply add.
-    float mx[2] = {row_max[0], row_max[1]};
-    if constexpr (SM == SM_RUNNING) {
-#pragma unroll
-        for (u32 o = 1; o < NC; ++o)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) mx[hf] = fmaxf(mx[hf], ring[((o - 1) * WORDS + 32 + hf) * 128 + ctid]);
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const float w = row_max[hf] == NEG_INF ? 0.f : fast_exp2(row_max[hf] - mx[hf]);
-            row_sum[hf] *= w;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                o_acc[j * 4 + hf * 2] *= w;
-                o_acc[j * 4 + hf * 2 + 1] *= w;
-            }
-            row_max[hf] = mx[hf];
-        }
-    }
-#pragma unroll
-    for (u32 o = 1; o < NC; ++o) {
-        const float* theirs = ring + (o - 1) * WORDS * 128 + ctid;
-        float w[2] = {1.f, 1.f};
-        if constexpr (SM == SM_RUNNING) {
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const float m = theirs[(32 + hf) * 128];
-                w[hf] = m == NEG_INF ? 0.f : fast_exp2(m - mx[hf]);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) o_acc[j * 4 + hf * 2 + e] += w[hf] * theirs[(j * 4 + hf * 2 + e) * 128];
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) row_sum[hf] += w[hf] * theirs[(34 + hf) * 128];
-    }
-    return true;
-}
-
 // ---- consumer warpgroup c (0 .. NC-1): query rows c * 64 .. c * 64 + 63 of the tile.
-// LONE: the tile's rows all lie in the first 64 (a partial last tile, such as the 18 rows of
-// 1042 tokens). Then every consumer takes those 64 rows against key tiles c, c + NC, c + 2 NC ..
-// of the split, without turns (each stage is read by one consumer only), and consumer 0 merges
-// the others' partial sums through shared memory before its epilogue: the tile's key loop costs
-// a quarter of the time it would on one consumer, so the tail no longer holds an SM for a whole
-// split. Its own instance of the loop, so that the shared one stays as it was.
+// LONE: the tile's rows all lie in consumer 0's 64 (a partial last tile, such as the 18 rows of
+// 1042 tokens): consumer 0 works alone and takes no turns, the others have left. Its own instance
+// of the loop, so that the shared one stays as it was.
 template <int BN, bool QKV, u32 NC, int SM, bool LONE>
 __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __restrict__ out,
     float* __restrict__ part_o, float* __restrict__ part_lse, u32* __restrict__ tickets, u32 lq,
@@ -471,8 +398,7 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     for (int i = 0; i < (64 * ROW_CHUNKS) / 128; ++i) {
         const u32 chunk = ctid + i * 128;
         const u32 r = c * 64 + (chunk >> 3), ch = chunk & 7;
-        // A lone tile's consumers all load the tile's first 64 rows, each into its own slot.
-        const u32 row = q0 + (LONE ? chunk >> 3 : r);
+        const u32 row = q0 + r;
         const bool ok = row < lq;
         const u64 q_row = QKV ? 3 * heads : heads;
         const u16* src = q + ((u64)(ok ? row : 0) * q_row + h) * HEAD_DIM + ch * 8;
@@ -503,33 +429,27 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     // Ping-pong: barrier 1 + c is "consumer c may issue"; each consumer syncs on its own and
     // arrives on the other's after issuing. Consumer 0 goes first. Counts match exactly: each
     // consumer issues n_tiles + 1 sections; the last consumer arrives once up front and skips the
-    // arrive after its last section (nobody would wait for it). A lone tile's consumers take no
-    // turns: each reads its own key tiles (STEP apart, from tile j0), so their products overlap
-    // one another's softmax without being ordered.
+    // arrive after its last section (nobody would wait for it). A lone consumer takes no turns.
     const u32 my_turn = 1 + c;
     const u32 other_turn = 1 + (c + 1) % NC;
     constexpr bool turns = !LONE;
-    constexpr u32 STEP = LONE ? NC : 1;
-    static_assert(Ws<BN>::STAGES % STEP == 0, "a lone consumer's tiles keep to its own stages");
-    const u32 j0 = LONE ? c : 0;
 
-    if (j0 < n_tiles) {
+    if (n_tiles > 0) {
         if (turns && c == NC - 1) named_arrive(other_turn, 256);
         float corr[2];
 
-        // Section 0: S(j0) only (stage j0 < STAGES, its first phase).
-        mbar_wait(bar_full + j0 * 8, 0);
+        // Section 0: S(0) only (stage 0, its first phase).
+        mbar_wait(bar_full, 0);
         if (turns) named_sync(my_turn, 256);
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc)
-            wgmma_s<BN>(s, smem_desc_of(dq + kc * 2),
-                smem_desc_of(smem_desc_lo(skv0 + j0 * Ws<BN>::STAGE_BYTES) + kc * 2), kc);
+            wgmma_s<BN>(s, smem_desc_of(dq + kc * 2), smem_desc_of(smem_desc_lo(skv0) + kc * 2), kc);
         wgmma_commit();
         if (turns) named_arrive(other_turn, 256);
         wgmma_wait<0>();
         fence_regs<BN / 2>(s);
-        ws_softmax_exp<BN, SM>(s, row_max, row_sum, corr, lane, kv_begin + j0 * BN, kv_end, scale_log2);
+        ws_softmax_exp<BN, SM>(s, row_max, row_sum, corr, lane, kv_begin, kv_end, scale_log2);
         ws_rescale_pack<BN, SM>(s, o_acc, p, corr);
 
         // Section j: S(j) and O += P(j-1) V(j-1) as two commit groups; then softmax(j), release
@@ -538,17 +458,11 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
         // The ring position moves by one a tile: stage and phase counted, not divided out; V of
         // tile j - 1 sits TILE_BYTES past its K.
         constexpr u32 V_LO = Ws<BN>::TILE_BYTES >> 4;
-        u32 stage = j0, phase = 0;
-        u32 dv_prev = smem_desc_lo(skv0 + j0 * Ws<BN>::STAGE_BYTES) + V_LO;
-        for (u32 j = j0 + STEP; j < n_tiles; j += STEP) {
+        u32 stage = 0, phase = 0;
+        u32 dv_prev = smem_desc_lo(skv0) + V_LO;
+        for (u32 j = 1; j < n_tiles; ++j) {
             const u32 prev = stage;
-            if constexpr (LONE) {
-                stage += STEP;
-                if (stage >= Ws<BN>::STAGES) {
-                    stage -= Ws<BN>::STAGES;
-                    phase ^= 1;
-                }
-            } else if (++stage == Ws<BN>::STAGES) {
+            if (++stage == Ws<BN>::STAGES) {
                 stage = 0;
                 phase ^= 1;
             }
@@ -595,9 +509,6 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
             fence_frag<BN / 16>(p);
         }
     }
-    if constexpr (LONE) {
-        if (!ws_merge_lone<NC, SM>(o_acc, row_max, row_sum, (float*)skv, c, ctid)) return;
-    }
 
     // ---- epilogue: rows wg_row0 + g and + 8 of this warp (an empty split writes zeros, -inf).
     const u32 wg_row0 = c * 64 + (warp & 3) * 16;
@@ -642,9 +553,8 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     // publishes its partial (the fence orders its stores before its ticket), the last to take a
     // ticket reads the others' partials and writes the bf16 rows, and sets the ticket back to
     // zero for the next launch. Rows past lq of a working consumer still take their ticket, so
-    // every slot counts n_splits arrivals (a lone tile's consumers 1 .. NC-1 handed their sums
-    // to consumer 0 and take none, in every split alike: a lone tile is lone in all of them).
-    // Same sums in the same split order as
+    // every slot counts n_splits arrivals (a consumer that left takes none, in every split alike:
+    // a lone tile is lone in all of them). Same sums in the same split order as
     // attention_combine.
     // This CTA's query tile: blockIdx.x, except where ws_tile moved a lone last tile's CTAs.
     const u32 q_tile = NC == 4 ? q0 / (NC * WS_WG_ROWS) : blockIdx.x;
@@ -787,9 +697,8 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 kv_begin = tile_begin * BN;
     const u32 kv_end = n_tiles > 0 ? (tile_end * BN < kv_len ? tile_end * BN : kv_len) : kv_begin;
     // A tile whose rows all lie in the first consumer's 64 (the grid has no tile starting at or
-    // past lq): every consumer takes those rows against its own quarter of the key tiles, so
-    // each stage is read by one consumer (the empty barriers count one). Only in the
-    // four-consumer kernels: in the two-consumer (frame-local) ones a second consumer instance
+    // past lq): that consumer works alone, the others leave (the empty barriers count one). Only
+    // in the four-consumer kernels: in the two-consumer (frame-local) ones the second instance
     // made DINO and the frame blocks 0.05-0.1 ms slower at 1005 tokens on the H200.
     const bool lone = NC == 4 && lq - q0 <= WS_WG_ROWS;
     const u32 nc = lone ? 1 : NC;
@@ -798,7 +707,7 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
 #pragma unroll
         for (int s = 0; s < Ws<BN>::STAGES; ++s) {
             mbar_init(bar_full + s * 8, 128);        // every producer thread arrives
-            mbar_init(bar_empty + s * 8, nc * 128);  // every thread of the stage's readers arrives
+            mbar_init(bar_empty + s * 8, nc * 128);  // every working consumer thread arrives
         }
     }
     __syncthreads();  // the only CTA-wide barrier: the roles never meet again
@@ -818,9 +727,9 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         if (!lone)
             ws_consumer<BN, QKV, NC, SM, false>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, offset_log2, sq,
                 skv, bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
-        else
+        else if (role == 1)
             ws_consumer<BN, QKV, NC, SM, true>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, offset_log2, sq,
-                skv, bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
+                skv, bar_full, bar_empty, 0, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
     }
 }
 

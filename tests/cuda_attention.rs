@@ -379,8 +379,9 @@ fn paged_attention_matches_reference() {
         splits: None,
     });
     // A 4:3 frame's 1042 tokens (518x392): the four-consumer kernel's fifth query tile holds 18
-    // rows, so its four consumers share its key tiles (two or one each of a split's seven) and
-    // merge them; eight key splits merge in the kernel with that tile among them.
+    // rows, so three of its consumers have no rows and leave, and its CTAs run after every full
+    // tile's (ws_tile's order, with the output tickets by query tile); eight key splits merge in
+    // the kernel with the tail tile's lone consumer among them.
     cases.push(Case {
         heads: 16,
         lq: 1042,

@@ -10,7 +10,7 @@
 #   e2e         bench e2e --frames 300, one frame a step; with a staged baseline the two builds
 #               alternate, ROUNDS times each (default 2)
 #   pairs       the same with --frames-per-step 2
-#   392         the same at 518x392 (1041 tokens a frame), the product's 4:3 input
+#   392         the same at 518x392 (1042 tokens a frame), the product's 4:3 input
 #   attention   bench attention (every kernel, the five cases, the split sweep)
 #   anchors     the reference beside ours: its attention anchor and its end-to-end profiler
 #               (FlashInfer + torch.compile, 172 frames); needs stage.sh --anchors

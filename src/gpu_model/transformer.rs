@@ -87,7 +87,7 @@ impl BlockScratch {
 
 /// Most key splits any attention call of the model uses (the workspace is sized for it). Eight,
 /// for frames just past a whole number of 256-row query tiles: at 518×392 (any 4:3 input) a
-/// frame is 1041 tokens, five tiles of which the last holds 17 rows, 80 CTAs a split on 132
+/// frame is 1042 tokens, five tiles of which the last holds 18 rows, 80 CTAs a split on 132
 /// SMs, and eight splits (five waves of an eighth of the keys) beat four (three waves of a
 /// quarter) by a sixth.
 pub const MAX_SPLITS: usize = 8;
@@ -414,7 +414,7 @@ pub fn block_forward(
                         &kv,
                         tokens,
                         heads,
-                        // Never split: the keys are one frame's, and past a whole wave (1041
+                        // Never split: the keys are one frame's, and past a whole wave (1042
                         // tokens are nine 128-row tiles, 144 CTAs) four splits of two or three
                         // key tiles each cost the frame blocks 0.4 ms more than a second wave
                         // (H200, docs/gpu-model.md "Past 1024 tokens"); DINO's kernel has none.
@@ -579,8 +579,8 @@ mod tests {
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 8040, 16), 1);
         // The tiny fixtures (2 heads, a few hundred queries): capped by the workspace.
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 300, 2), MAX_SPLITS);
-        // 518x392 (1041 tokens): five 256-row tiles, 80 CTAs a split: eight splits (five waves
+        // 518x392 (1042 tokens): five 256-row tiles, 80 CTAs a split: eight splits (five waves
         // of an eighth of the keys).
-        assert_eq!(splits(AttentionKernel::WgmmaWsM256, 1041, 16), 8);
+        assert_eq!(splits(AttentionKernel::WgmmaWsM256, 1042, 16), 8);
     }
 }
