@@ -13,7 +13,8 @@
 //                arrives), and refilled once every consumer arrived on its `empty` mbarrier.
 //   warpgroups 1 .. NC  consumers, 64 query rows each (with four consumers, a last tile of at
 //                most 64 rows, such as the 18 of 1042 tokens, has consumer 0 work alone, taking
-//                no turns: the others leave at once; its CTAs start after every full tile's). Per key tile j one "GEMM section" issues
+//                no turns: the others leave at once; its CTAs start after every full tile's,
+//                and it may take more key splits than they do: ws_tile). Per key tile j one "GEMM section" issues
 //                S(j) = Q K(j)^T (m64nBNk16, Q and K from shared memory) together with
 //                O += P(j-1) V(j-1) (m64n64k16, P from registers, V MN-major), waits for S(j),
 //                then does the online softmax of S(j) into P(j) on the CUDA cores while its own
@@ -553,12 +554,14 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     // publishes its partial (the fence orders its stores before its ticket), the last to take a
     // ticket reads the others' partials and writes the bf16 rows, and sets the ticket back to
     // zero for the next launch. Rows past lq of a working consumer still take their ticket, so
-    // every slot counts n_splits arrivals (a consumer that left takes none, in every split alike:
-    // a lone tile is lone in all of them). Same sums in the same split order as
-    // attention_combine.
-    // This CTA's query tile: blockIdx.x, except where ws_tile moved a lone last tile's CTAs.
+    // every slot counts n_splits arrivals, the tile's own split count (a consumer that left takes
+    // none, in every split alike: a lone tile is lone in all of them). Same sums in the same split
+    // order as attention_combine.
+    // This CTA's query tile, and the head's tiles: the grid's x, except in the four-consumer
+    // kernels, whose grid may hold more columns for a lone last tile's key splits (ws_tile).
     const u32 q_tile = NC == 4 ? q0 / (NC * WS_WG_ROWS) : blockIdx.x;
-    const u32 slot = (h * gridDim.x + q_tile) * (NC * 4) + c * 4 + (warp & 3);
+    const u32 q_tiles = NC == 4 ? (lq + NC * WS_WG_ROWS - 1) / (NC * WS_WG_ROWS) : gridDim.x;
+    const u32 slot = (h * q_tiles + q_tile) * (NC * 4) + c * 4 + (warp & 3);
     __threadfence();
     __syncwarp();
     u32 arrived = 0;
@@ -605,32 +608,40 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     }
 }
 
-// ---- which tile a CTA works on. The grid is (query tiles, splits, views x heads), and CTAs
-// start in the order of their linear index (x fastest). With four consumers a lone last query
-// tile (at most 64 rows: 18 of 1042 tokens) takes a fraction of a full tile's time, and where its
-// CTAs sit among the full ones they put the SMs out of step, so that at the end of the launch
-// some start a full tile while the rest have nothing left. So the full tiles take the first
-// linear indices, in the grid's own order (tile, then split, then head: the tiles sharing a
-// split's keys still run side by side), and the lone tiles the last ones, filling SMs as the
-// full tiles' last wave leaves them idle. Without a lone tile the order is the grid's.
+// ---- which tile and key split a CTA works on. The grid is (query tiles, splits, views x
+// heads), and CTAs start in the order of their linear index (x fastest). With four consumers a
+// lone last query tile (at most 64 rows: 18 of 1042 tokens) takes a fraction of a full tile's
+// time, and where its CTAs sit among the full ones they put the SMs out of step, so that at the
+// end of the launch some start a full tile while the rest have nothing left. So the full tiles
+// take the first linear indices, in the grid's own order (tile, then split, then head: the tiles
+// sharing a split's keys still run side by side), and the lone tiles the last ones, filling the
+// SMs as the full tiles' last wave leaves them idle. And the lone tile has key splits of its own:
+// the host may give the grid more columns than query tiles (x = full tiles + e), and the lone
+// tile then takes e x (the grid's y) splits, so that its CTAs, after the full ones, share its keys
+// across the GPU instead of each reading a full tile's share with one consumer
+// (src/backend/cuda/attention.rs, tail_splits). `splits` is the CTA's tile's split count;
+// `planes` the most any tile has (the stride between views' partials). Without a lone tile the
+// grid is the tiles and the order is the grid's.
 struct WsTile {
-    u32 q_tile, split, z;
+    u32 q_tile, split, z, splits, planes;
 };
 
 template <u32 NC>
-__device__ __forceinline__ WsTile ws_tile(u32 lq) {
-    const u32 tiles = gridDim.x;
+__device__ __forceinline__ WsTile ws_tile(u32 lq, u32 n_splits) {
+    const u32 tiles = (lq + NC * WS_WG_ROWS - 1) / (NC * WS_WG_ROWS);
     const bool lone_last = NC == 4 && lq - (tiles - 1) * (NC * WS_WG_ROWS) <= WS_WG_ROWS;
-    if (!lone_last) return {blockIdx.x, blockIdx.y, blockIdx.z};
+    if (!lone_last) return {blockIdx.x, blockIdx.y, blockIdx.z, n_splits, n_splits};
     const u32 full = tiles - 1;
-    const u32 id = blockIdx.x + tiles * (blockIdx.y + gridDim.y * blockIdx.z);
+    const u32 tail_splits = (gridDim.x - full) * gridDim.y;
+    const u32 planes = tail_splits > n_splits ? tail_splits : n_splits;
+    const u32 id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const u32 n_full = full * gridDim.y * gridDim.z;
     if (id < n_full) {
         const u32 r = id / full;
-        return {id - r * full, r % gridDim.y, r / gridDim.y};
+        return {id - r * full, r % gridDim.y, r / gridDim.y, n_splits, planes};
     }
     const u32 t = id - n_full;
-    return {full, t % gridDim.y, t / gridDim.y};
+    return {full, t % tail_splits, t / tail_splits, tail_splits, planes};
 }
 
 // REGS: setmaxnreg (the producer warpgroup drops to 40 registers, the consumers rise to 232, or
@@ -665,20 +676,24 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     // warp-uniform: what derives from it (a consumer's Q descriptors) can live in uniform
     // registers instead of being moved there before every wgmma.
     const u32 role = __shfl_sync(0xffffffffu, warp >> 2, 0);
-    const WsTile at = ws_tile<NC>(lq);
+    const WsTile at = ws_tile<NC>(lq, n_splits);
     const u32 split = NC == 4 ? at.split : blockIdx.y;
+    // This tile's key splits (a lone last tile may have more than the launch's n_splits).
+    const u32 tile_splits = NC == 4 ? at.splits : n_splits;
     const u32 z = NC == 4 ? at.z : blockIdx.z;
     const u32 view = z / heads;
     const u32 h = z - view * heads;
     const u32 q0 = (NC == 4 ? at.q_tile : blockIdx.x) * (NC * WS_WG_ROWS);
     if (view > 0) {
         const u64 rows = (u64)view * lq;
-        const u64 planes = rows * (n_splits > 0 ? n_splits : 1);
+        const u32 plane_splits = NC == 4 ? at.planes : n_splits;
+        const u64 planes = rows * (plane_splits > 0 ? plane_splits : 1);
         q += rows * (QKV ? 3 * heads : heads) * HEAD_DIM;
         out += rows * heads * HEAD_DIM;
         if (part_o) part_o += planes * heads * HEAD_DIM;
         if (part_lse) part_lse += planes * heads;
-        if (tickets) tickets += (u64)view * gridDim.x * heads * (NC * 4);
+        const u32 q_tiles = NC == 4 ? (lq + NC * WS_WG_ROWS - 1) / (NC * WS_WG_ROWS) : gridDim.x;
+        if (tickets) tickets += (u64)view * q_tiles * heads * (NC * 4);
         indices += (u64)view * view_stride;
         cum += (u64)view * view_stride;
         n_pages_ptr += (u64)view * view_stride;
@@ -688,7 +703,7 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     const u32 n_pages = __ldg(n_pages_ptr);
     const u32 kv_len = __ldg(cum + n_pages);
     const u32 kv_tiles = (kv_len + BN - 1) / BN;
-    const u32 splits = n_splits > 0 ? n_splits : 1;
+    const u32 splits = tile_splits > 0 ? tile_splits : 1;
     const u32 tiles_per_split = (kv_tiles + splits - 1) / splits;
     const u32 tile_begin = split * tiles_per_split;
     u32 tile_end = tile_begin + tiles_per_split;
@@ -725,10 +740,10 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
         if constexpr (REGS && NC == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         if constexpr (REGS && NC == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;\n" ::: "memory");
         if (!lone)
-            ws_consumer<BN, QKV, NC, SM, false>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, offset_log2, sq,
+            ws_consumer<BN, QKV, NC, SM, false>(q, out, part_o, part_lse, tickets, lq, heads, tile_splits, scale_log2, offset_log2, sq,
                 skv, bar_full, bar_empty, role - 1, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
         else if (role == 1)
-            ws_consumer<BN, QKV, NC, SM, true>(q, out, part_o, part_lse, tickets, lq, heads, n_splits, scale_log2, offset_log2, sq,
+            ws_consumer<BN, QKV, NC, SM, true>(q, out, part_o, part_lse, tickets, lq, heads, tile_splits, scale_log2, offset_log2, sq,
                 skv, bar_full, bar_empty, 0, tid, lane, warp, q0, split, h, n_tiles, kv_begin, kv_end);
     }
 }

@@ -389,6 +389,17 @@ fn paged_attention_matches_reference() {
         pages: [full(&[3, 1, 0], 1042), vec![(2, 60)]].concat(),
         splits: Some(8),
     });
+    // The same as the GPU model runs it: the full tiles in the chooser's two splits, the lone
+    // tail tile in eight of its own (extra grid columns after the full tiles'). The cases of 300
+    // queries above have a lone tail of 44 rows too: with one split (the full tile writes bf16,
+    // the tail merges eight), five and three (the tail in five and six).
+    cases.push(Case {
+        heads: 16,
+        lq: 1042,
+        page_size: 1042,
+        pages: [full(&[3, 1, 0], 1042), vec![(2, 60)]].concat(),
+        splits: None,
+    });
     // A long sequence in shuffled pages with padded slots: the warp-specialised kernel's K/V ring
     // (six stages) wraps many times in every split, and the last split ends mid-tile.
     cases.push(Case {
@@ -668,7 +679,8 @@ fn frame_attention_from_qkv_equals_the_split_path() {
 /// Two sets of queries in one launch, each over its own page table (the two frames of a
 /// two-frame step: `DeviceKvCache::upload_pair`, `paged_attention_views_raw`): every
 /// warp-specialised kernel, one key split and several (the second view's partials and merge
-/// tickets follow the first's), each view against the f64 reference over its own keys only.
+/// tickets follow the first's; with four consumers the 44-row last tile of each view takes four
+/// or three splits of its own), each view against the f64 reference over its own keys only.
 /// Launches repeat on one workspace, so a ticket left behind by either view would show.
 #[test]
 fn two_key_views_in_one_launch_each_see_their_own_keys() {

@@ -7,7 +7,7 @@ use half::bf16;
 
 use crate::backend::cuda::arena::{ArenaPlan, DevPtr};
 use crate::backend::cuda::attention::{
-    AttentionKernel, KeyViews, RawPagedKv, RawWorkspace, Softmax, choose_splits,
+    AttentionKernel, KeyViews, MAX_TAIL_SPLITS, RawPagedKv, RawWorkspace, Softmax, choose_splits,
     frame_attention_from_qkv, has_frame_attention_from_qkv, paged_attention_raw,
     paged_attention_views_raw,
 };
@@ -87,10 +87,14 @@ impl BlockScratch {
 
 /// Most key splits any attention call of the model uses (the workspace is sized for it). Eight,
 /// for frames just past a whole number of 256-row query tiles: at 518×392 (any 4:3 input) a
-/// frame is 1042 tokens, five tiles of which the last holds 18 rows, 80 CTAs a split on 132
-/// SMs, and eight splits (five waves of an eighth of the keys) beat four (three waves of a
-/// quarter) by a sixth.
+/// frame is 1042 tokens, five tiles of which the last holds 18 rows; that lone tile takes up to
+/// [`MAX_TAIL_SPLITS`] key splits of its own (16 heads: eight splits, one wave of 128 CTAs after
+/// the full tiles' two).
 pub const MAX_SPLITS: usize = 8;
+const _: () = assert!(
+    MAX_TAIL_SPLITS <= MAX_SPLITS,
+    "the workspace holds a lone tile's splits"
+);
 
 /// Words per frame of the frame-local attention tables (read [`Attend::WithinFrames`]).
 pub const LOCAL_TABLE_WORDS: usize = 5;
@@ -152,7 +156,7 @@ impl AttentionSetup {
     /// key count is not known when a graph is captured (it lives on the device), so it does not
     /// bound the choice; `MAX_SPLITS` does (the workspace's size).
     fn splits(&self, lq: usize, heads: usize) -> usize {
-        self.splits_for_tiles(lq.div_ceil(self.kernel.block_m()), heads)
+        self.splits_for_tiles(self.kernel.split_tiles(lq), heads)
     }
 
     /// As [`Self::splits`] for `q_tiles` query tiles (of all views of a launch).
@@ -452,7 +456,7 @@ pub fn block_forward(
                     count: views,
                     stride: cache.view_stride(),
                 };
-                let q_tiles = views * rows.div_ceil(setup.kernel.block_m());
+                let q_tiles = views * setup.kernel.split_tiles(rows);
                 paged_attention_views_raw(
                     dev,
                     setup.kernel,
@@ -579,8 +583,8 @@ mod tests {
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 8040, 16), 1);
         // The tiny fixtures (2 heads, a few hundred queries): capped by the workspace.
         assert_eq!(splits(AttentionKernel::WgmmaWsN192, 300, 2), MAX_SPLITS);
-        // 518x392 (1042 tokens): five 256-row tiles, 80 CTAs a split: eight splits (five waves
-        // of an eighth of the keys).
-        assert_eq!(splits(AttentionKernel::WgmmaWsM256, 1042, 16), 8);
+        // 518x392 (1042 tokens): four full 256-row tiles, 64 CTAs a split: two splits, one wave
+        // (the lone fifth tile of 18 rows takes its own, attention::tail_splits).
+        assert_eq!(splits(AttentionKernel::WgmmaWsM256, 1042, 16), 2);
     }
 }

@@ -62,6 +62,24 @@ impl AttentionKernel {
         self.consumers() * 64
     }
 
+    /// Whether `lq` queries end in a lone query tile: with four consumers, a last tile of at
+    /// most 64 rows after at least one full tile (1042 tokens: 18 rows). Its consumer 0 works
+    /// alone, its CTAs start after every full tile's, and it takes key splits of its own
+    /// ([`tail_splits`]).
+    fn lone_last_tile(self, lq: usize) -> bool {
+        self.consumers() == 4 && lq > self.block_m() && (lq - 1) % self.block_m() < 64
+    }
+
+    /// Query tiles of `lq` rows a launch's key splits are chosen for ([`choose_splits`]): all
+    /// of them but a lone last tile, whose splits are its own.
+    pub fn split_tiles(self, lq: usize) -> usize {
+        if self.lone_last_tile(lq) {
+            lq / self.block_m()
+        } else {
+            lq.div_ceil(self.block_m())
+        }
+    }
+
     fn threads(self) -> u32 {
         if self.warp_specialised() {
             (self.consumers() as u32 + 1) * 128
@@ -194,6 +212,47 @@ pub fn choose_splits(
     best.clamp(1, kv_tiles.max(1))
 }
 
+/// Most key splits a lone last query tile takes (the GPU model's workspace holds that many).
+pub const MAX_TAIL_SPLITS: usize = 8;
+
+/// Key splits of the lone last query tile ([`AttentionKernel::split_tiles`]) of a launch over
+/// `n_splits` splits with `tail_ctas` of its CTAs a split (heads x key views): as many as fill
+/// the `slots` CTAs the GPU holds at once with the tail's CTAs alone, at most
+/// [`MAX_TAIL_SPLITS`], in whole multiples of `n_splits` (the grid gives the tail whole columns
+/// of `n_splits` CTAs), and never fewer than `n_splits`. Without a lone tile, `n_splits`.
+///
+/// Why: a lone tile's CTA has one consumer and its producer copies the split's every key tile,
+/// so with the launch's splits it costs most of a full tile's CTA. At 1042 tokens x 16 heads the
+/// 64 full tiles run in two splits (one wave of 128 CTAs), and the 16 tails then in eight (one
+/// more wave of 128 short CTAs) instead of eight splits for all (five waves).
+pub fn tail_splits(
+    kernel: AttentionKernel,
+    lq: usize,
+    n_splits: usize,
+    tail_ctas: usize,
+    slots: usize,
+) -> usize {
+    let n_splits = n_splits.max(1);
+    if !kernel.lone_last_tile(lq) {
+        return n_splits;
+    }
+    let fill = (slots / tail_ctas.max(1)).clamp(1, MAX_TAIL_SPLITS);
+    n_splits * (fill / n_splits).max(1)
+}
+
+/// The most key splits any query tile of a launch takes: `n_splits`, or a lone last tile's.
+fn launch_splits(
+    dev: &CudaDevice,
+    kernel: AttentionKernel,
+    lq: usize,
+    heads: usize,
+    views: KeyViews,
+    n_splits: usize,
+) -> usize {
+    let slots = dev.info.sm_count as usize * kernel.ctas_per_sm();
+    tail_splits(kernel, lq, n_splits, heads * views.count, slots)
+}
+
 /// Scratch for split-KV partial results; grows on demand (size it once up front to keep it fixed).
 pub struct AttentionWorkspace {
     part_o: CudaSlice<f32>,
@@ -275,7 +334,7 @@ pub fn paged_attention(
         dev.stream.memset_zeros(out)?;
         return Ok(0);
     }
-    let q_tiles = lq.div_ceil(kernel.block_m());
+    let q_tiles = kernel.split_tiles(lq);
     let kv_tiles = (kv.kv_len as usize).div_ceil(BLOCK_N);
     let n_splits = opts
         .splits
@@ -290,8 +349,17 @@ pub fn paged_attention(
         })
         .clamp(1, kv_tiles);
     // The kernel sizes the splits from the device's table; a split left without keys writes an
-    // empty partial, which the combine ignores.
-    ws.reserve(dev, lq, heads, n_splits)?;
+    // empty partial, which the combine ignores. A lone last tile may take more splits.
+    let one = KeyViews {
+        count: 1,
+        stride: 0,
+    };
+    ws.reserve(
+        dev,
+        lq,
+        heads,
+        launch_splits(dev, kernel, lq, heads, one, n_splits),
+    )?;
     let raw = RawPagedKv {
         pool: DevPtr::of(&kv.pool),
         page_size: kv.page_size,
@@ -432,11 +500,14 @@ pub fn paged_attention_views_raw(
         )));
     }
     let n_splits = n_splits.max(1);
+    // A lone last query tile may take more splits than the others (then it has partials and
+    // tickets even where the rest has one split).
+    let most_splits = launch_splits(dev, kernel, lq, heads, views, n_splits);
     // The warp-specialised kernels merge their splits themselves; the portable one leaves the
     // partials to attention_combine.
-    let merge_in_kernel = n_splits > 1 && kernel.warp_specialised();
-    if n_splits > 1 {
-        let (o, l, _) = RawWorkspace::elems(all_rows, heads, n_splits);
+    let merge_in_kernel = most_splits > 1 && kernel.warp_specialised();
+    if most_splits > 1 {
+        let (o, l, _) = RawWorkspace::elems(all_rows, heads, most_splits);
         ws.part_o.check_len(o, "attention split partials")?;
         ws.part_lse.check_len(l, "attention split LSE")?;
     }
@@ -581,6 +652,15 @@ fn launch_fwd(
     ws: RawWorkspace,
 ) -> Result<(), CudaError> {
     let fwd = dev.kernels.get(entry)?;
+    // A lone last tile's extra splits are extra grid columns of n_splits CTAs each, after the
+    // full tiles' (the kernel's ws_tile maps them).
+    let n_splits = n_splits.max(1);
+    let most_splits = launch_splits(dev, kernel, lq, heads, views, n_splits);
+    let columns = if most_splits > n_splits {
+        kernel.split_tiles(lq) + most_splits / n_splits
+    } else {
+        lq.div_ceil(kernel.block_m())
+    };
     fwd.set_attribute(
         CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         kernel.smem_bytes() as i32,
@@ -594,11 +674,7 @@ fn launch_fwd(
         kv.n_pages.addr(),
     );
     let cfg = LaunchConfig {
-        grid_dim: (
-            lq.div_ceil(kernel.block_m()) as u32,
-            ns32,
-            heads32 * views.count as u32,
-        ),
+        grid_dim: (columns as u32, ns32, heads32 * views.count as u32),
         block_dim: (kernel.threads(), 1, 1),
         shared_mem_bytes: kernel.smem_bytes(),
     };
@@ -660,6 +736,37 @@ mod tests {
                 (kernel.entry(), 1.0, 0.0)
             );
         }
+    }
+
+    #[test]
+    fn a_lone_last_tile_takes_splits_of_its_own() {
+        let m256 = AttentionKernel::WgmmaWsM256Bounded;
+        // 1042 tokens: four full tiles and 18 rows; 1005: the last tile holds 237 rows.
+        assert_eq!(m256.split_tiles(1042), 4);
+        assert_eq!(m256.split_tiles(1005), 4);
+        assert_eq!(m256.split_tiles(1024), 4);
+        // 64 rows are still one consumer's; 65 are not.
+        assert_eq!(m256.split_tiles(1088), 4);
+        assert_eq!(m256.split_tiles(1089), 5);
+        // A single tile is never lone (it has no full tile to go after).
+        assert_eq!(m256.split_tiles(37), 1);
+        // The two-consumer kernels have no lone tile.
+        assert_eq!(AttentionKernel::WgmmaWs.split_tiles(1042), 9);
+        // One view of 16 heads: eight splits fill 132 SMs with 128 tail CTAs, in whole
+        // multiples of the launch's splits; two views (32 tail CTAs a split): four.
+        assert_eq!(tail_splits(m256, 1042, 2, 16, 132), 8);
+        assert_eq!(tail_splits(m256, 1042, 1, 16, 132), 8);
+        assert_eq!(tail_splits(m256, 1042, 3, 16, 132), 6);
+        assert_eq!(tail_splits(m256, 1042, 5, 16, 132), 5);
+        assert_eq!(tail_splits(m256, 1042, 8, 16, 132), 8);
+        assert_eq!(tail_splits(m256, 1042, 1, 32, 132), 4);
+        assert_eq!(tail_splits(m256, 1042, 16, 16, 132), 16);
+        // Never more than the workspace's eight, never fewer than one.
+        assert_eq!(tail_splits(m256, 1042, 1, 2, 132), MAX_TAIL_SPLITS);
+        assert_eq!(tail_splits(m256, 1042, 1, 200, 132), 1);
+        // No lone tile: the launch's splits.
+        assert_eq!(tail_splits(m256, 1005, 2, 16, 132), 2);
+        assert_eq!(tail_splits(AttentionKernel::WgmmaWs, 1042, 1, 16, 132), 1);
     }
 
     #[test]
