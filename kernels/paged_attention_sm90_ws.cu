@@ -676,6 +676,9 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     // warp-uniform: what derives from it (a consumer's Q descriptors) can live in uniform
     // registers instead of being moved there before every wgmma.
     const u32 role = __shfl_sync(0xffffffffu, warp >> 2, 0);
+    // ws_tile returns the grid's own coordinates in the two-consumer kernels, but reading them
+    // through it changes their machine code (cuobjdump, 2026-12-07); the NC == 4 conditions keep
+    // the two-consumer kernels' code the measured one.
     const WsTile at = ws_tile<NC>(lq, n_splits);
     const u32 split = NC == 4 ? at.split : blockIdx.y;
     // This tile's key splits (a lone last tile may have more than the launch's n_splits).
