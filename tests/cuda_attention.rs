@@ -543,20 +543,34 @@ fn matches_cpu_attention_and_dense_baseline() {
 
 /// DINO's frame-local attention read straight from the q/k/v GEMM's output
 /// (`frame_attention_from_qkv`) gives the bits of the split-then-attend path: the same kernel
-/// over K/V copied into a pool, per frame, and matches the host reference.
+/// over K/V copied into a pool, per frame, and matches the host reference. At 1005 tokens and
+/// at 1042 (4:3), whose lone 18-row last tile takes eight key splits of its own in both paths.
 #[test]
 fn frame_attention_from_qkv_equals_the_split_path() {
-    use streamrecon::backend::cuda::arena::DevPtr;
-    use streamrecon::backend::cuda::attention::{
-        frame_attention_from_qkv, has_frame_attention_from_qkv,
-    };
-    use streamrecon::gpu_model::transformer::local_tables;
     let Some(dev) = device() else { return };
-    if !has_frame_attention_from_qkv(&dev) {
+    if !streamrecon::backend::cuda::attention::has_frame_attention_from_qkv(&dev) {
         eprintln!("skipping: the q/k/v-reading kernel is built for Hopper (sm_90a) alone");
         return;
     }
-    let (frames, tokens, heads) = (2usize, 1005usize, 16usize);
+    for tokens in [1005usize, 1042] {
+        frame_attention_from_qkv_case(&dev, tokens);
+    }
+}
+
+fn frame_attention_from_qkv_case(dev: &CudaDevice, tokens: usize) {
+    use streamrecon::backend::cuda::arena::DevPtr;
+    use streamrecon::backend::cuda::attention::{RawWorkspace, frame_attention_from_qkv};
+    use streamrecon::gpu_model::transformer::local_tables;
+    let (frames, heads) = (2usize, 16usize);
+    let (o, l, t) = RawWorkspace::elems(tokens, heads, 8);
+    let part_o = dev.stream.alloc_zeros::<f32>(o).unwrap();
+    let part_lse = dev.stream.alloc_zeros::<f32>(l).unwrap();
+    let tickets = dev.stream.alloc_zeros::<u32>(t).unwrap();
+    let ws = RawWorkspace {
+        part_o: DevPtr::of(&part_o),
+        part_lse: DevPtr::of(&part_lse),
+        tickets: DevPtr::of(&tickets),
+    };
     let width = heads * D;
     let mut rng = StdRng::seed_from_u64(31);
     let qkv_host = random_bf16(&mut rng, frames * tokens * 3 * width, 2.0);
@@ -573,7 +587,7 @@ fn frame_attention_from_qkv_equals_the_split_path() {
     for f in 0..frames {
         let table = DevPtr::of(&tables).slice(words * f, words).unwrap();
         frame_attention_from_qkv(
-            &dev,
+            dev,
             DevPtr::of(&qkv),
             f,
             DevPtr::of(&out)
@@ -584,6 +598,7 @@ fn frame_attention_from_qkv_equals_the_split_path() {
             table.slice(0, 1).unwrap(),
             tokens,
             heads,
+            ws,
         )
         .unwrap();
     }
@@ -609,10 +624,10 @@ fn frame_attention_from_qkv_equals_the_split_path() {
                 }
             }
         }
-        let mut cache = DeviceKvCache::new(&dev, geometry, 1).unwrap();
+        let mut cache = DeviceKvCache::new(dev, geometry, 1).unwrap();
         cache
             .upload(
-                &dev,
+                dev,
                 PageTableUpload {
                     indices: &[0],
                     page_lens: &[tokens as u32],
@@ -625,7 +640,7 @@ fn frame_attention_from_qkv_equals_the_split_path() {
             .unwrap();
         let q = dev.stream.clone_htod(&q_host).unwrap();
         let mut split_out = dev.stream.alloc_zeros::<bf16>(tokens * width).unwrap();
-        let mut ws = AttentionWorkspace::new(&dev, tokens, heads, 1).unwrap();
+        let mut ws = AttentionWorkspace::new(dev, tokens, heads, 1).unwrap();
         let kv = PagedKv {
             pool: cache.pool(0).unwrap().as_view(),
             page_size: tokens as u32,
@@ -635,7 +650,7 @@ fn frame_attention_from_qkv_equals_the_split_path() {
             kv_len: cache.kv_len(),
         };
         gpu_paged_attention(
-            &dev,
+            dev,
             &q,
             &mut split_out,
             &kv,
@@ -655,7 +670,7 @@ fn frame_attention_from_qkv_equals_the_split_path() {
             mine.iter()
                 .zip(&split_out)
                 .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "frame {f}: the q/k/v-reading kernel and the split path differ"
+            "{tokens} tokens, frame {f}: the q/k/v-reading kernel and the split path differ"
         );
         let reference = paged_attention_rows(
             &q_host,
@@ -671,8 +686,13 @@ fn frame_attention_from_qkv_equals_the_split_path() {
         );
         let mine: Vec<f32> = mine.iter().map(|x| x.to_f32()).collect();
         let err = relative_error(&mine, &reference);
-        eprintln!("frame {f}: q/k/v-reading kernel rel err {err:.2e}, bit-equal to the split path");
-        assert!(err <= TOLERANCE, "frame {f}: relative error {err}");
+        eprintln!(
+            "{tokens} tokens, frame {f}: q/k/v-reading kernel rel err {err:.2e}, bit-equal to the split path"
+        );
+        assert!(
+            err <= TOLERANCE,
+            "{tokens} tokens, frame {f}: relative error {err}"
+        );
     }
 }
 
