@@ -14,8 +14,7 @@
 //   warpgroups 1 .. NC  consumers, 64 query rows each (with four consumers, a last tile of at
 //                most 64 rows, such as the 18 of 1042 tokens, has consumer 0 work alone, taking
 //                no turns: the others leave at once; its CTAs start after every full tile's,
-//                and it may take more key splits than they do: ws_tile; so does the two-consumer
-//                kernels' last tile of at most 64 rows, whose second consumer has no rows). Per key tile j one "GEMM section" issues
+//                and it may take more key splits than they do: ws_tile). Per key tile j one "GEMM section" issues
 //                S(j) = Q K(j)^T (m64nBNk16, Q and K from shared memory) together with
 //                O += P(j-1) V(j-1) (m64n64k16, P from registers, V MN-major), waits for S(j),
 //                then does the online softmax of S(j) into P(j) on the CUDA cores while its own
@@ -558,10 +557,10 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
     // every slot counts n_splits arrivals, the tile's own split count (a consumer that left takes
     // none, in every split alike: a lone tile is lone in all of them). Same sums in the same split
     // order as attention_combine.
-    // This CTA's query tile and the head's tiles, not the grid's x: the grid may hold more
-    // columns for a lone last tile's key splits (ws_tile).
-    const u32 q_tile = q0 / (NC * WS_WG_ROWS);
-    const u32 q_tiles = (lq + NC * WS_WG_ROWS - 1) / (NC * WS_WG_ROWS);
+    // This CTA's query tile, and the head's tiles: the grid's x, except in the four-consumer
+    // kernels, whose grid may hold more columns for a lone last tile's key splits (ws_tile).
+    const u32 q_tile = NC == 4 ? q0 / (NC * WS_WG_ROWS) : blockIdx.x;
+    const u32 q_tiles = NC == 4 ? (lq + NC * WS_WG_ROWS - 1) / (NC * WS_WG_ROWS) : gridDim.x;
     const u32 slot = (h * q_tiles + q_tile) * (NC * 4) + c * 4 + (warp & 3);
     __threadfence();
     __syncwarp();
@@ -610,18 +609,19 @@ __device__ __forceinline__ void ws_consumer(const u16* __restrict__ q, u16* __re
 }
 
 // ---- which tile and key split a CTA works on. The grid is (query tiles, splits, views x
-// heads), and CTAs start in the order of their linear index (x fastest). A lone last query tile
-// (at most 64 rows: 18 of 1042 tokens) has key splits of its own: the host may give the grid
-// more columns than query tiles (x = full tiles + e), and the lone tile then takes e x (the
-// grid's y) splits (src/backend/cuda/attention.rs, tail_splits), so that its CTAs share its keys
-// across the GPU instead of each reading a full tile's share: with four consumers it has one
-// consumer working alone, with two the second has no rows, and either way a tail CTA with the
-// full tiles' split of the keys costs most of a full one. Its CTAs take the last linear indices,
-// after every full tile's (in the grid's own order: tile, then split, then head, so the tiles
-// sharing a split's keys still run side by side): mixed in among the full tiles they put the SMs
-// out of step, and after them they fill the SMs the full tiles' last wave leaves idle.
-// `splits` is the CTA's tile's split count; `planes` the most any tile has (the stride between
-// views' partials). Without a lone tile the grid is the tiles and the order is the grid's.
+// heads), and CTAs start in the order of their linear index (x fastest). With four consumers a
+// lone last query tile (at most 64 rows: 18 of 1042 tokens) takes a fraction of a full tile's
+// time, and where its CTAs sit among the full ones they put the SMs out of step, so that at the
+// end of the launch some start a full tile while the rest have nothing left. So the full tiles
+// take the first linear indices, in the grid's own order (tile, then split, then head: the tiles
+// sharing a split's keys still run side by side), and the lone tiles the last ones, filling the
+// SMs as the full tiles' last wave leaves them idle. And the lone tile has key splits of its own:
+// the host may give the grid more columns than query tiles (x = full tiles + e), and the lone
+// tile then takes e x (the grid's y) splits, so that its CTAs, after the full ones, share its keys
+// across the GPU instead of each reading a full tile's share with one consumer
+// (src/backend/cuda/attention.rs, tail_splits). `splits` is the CTA's tile's split count;
+// `planes` the most any tile has (the stride between views' partials). Without a lone tile the
+// grid is the tiles and the order is the grid's.
 struct WsTile {
     u32 q_tile, split, z, splits, planes;
 };
@@ -629,7 +629,7 @@ struct WsTile {
 template <u32 NC>
 __device__ __forceinline__ WsTile ws_tile(u32 lq, u32 n_splits) {
     const u32 tiles = (lq + NC * WS_WG_ROWS - 1) / (NC * WS_WG_ROWS);
-    const bool lone_last = lq - (tiles - 1) * (NC * WS_WG_ROWS) <= WS_WG_ROWS;
+    const bool lone_last = NC == 4 && lq - (tiles - 1) * (NC * WS_WG_ROWS) <= WS_WG_ROWS;
     if (!lone_last) return {blockIdx.x, blockIdx.y, blockIdx.z, n_splits, n_splits};
     const u32 full = tiles - 1;
     const u32 tail_splits = (gridDim.x - full) * gridDim.y;
@@ -680,22 +680,22 @@ __device__ __forceinline__ void ws_body(const u16* __restrict__ q, u16* __restri
     // through it changes their machine code (cuobjdump, 2026-12-07); the NC == 4 conditions keep
     // the two-consumer kernels' code the measured one.
     const WsTile at = ws_tile<NC>(lq, n_splits);
-    const u32 split = at.split;
+    const u32 split = NC == 4 ? at.split : blockIdx.y;
     // This tile's key splits (a lone last tile may have more than the launch's n_splits).
-    const u32 tile_splits = at.splits;
-    const u32 z = at.z;
+    const u32 tile_splits = NC == 4 ? at.splits : n_splits;
+    const u32 z = NC == 4 ? at.z : blockIdx.z;
     const u32 view = z / heads;
     const u32 h = z - view * heads;
-    const u32 q0 = at.q_tile * (NC * WS_WG_ROWS);
+    const u32 q0 = (NC == 4 ? at.q_tile : blockIdx.x) * (NC * WS_WG_ROWS);
     if (view > 0) {
         const u64 rows = (u64)view * lq;
-        const u32 plane_splits = at.planes;
+        const u32 plane_splits = NC == 4 ? at.planes : n_splits;
         const u64 planes = rows * (plane_splits > 0 ? plane_splits : 1);
         q += rows * (QKV ? 3 * heads : heads) * HEAD_DIM;
         out += rows * heads * HEAD_DIM;
         if (part_o) part_o += planes * heads * HEAD_DIM;
         if (part_lse) part_lse += planes * heads;
-        const u32 q_tiles = (lq + NC * WS_WG_ROWS - 1) / (NC * WS_WG_ROWS);
+        const u32 q_tiles = NC == 4 ? (lq + NC * WS_WG_ROWS - 1) / (NC * WS_WG_ROWS) : gridDim.x;
         if (tickets) tickets += (u64)view * q_tiles * heads * (NC * 4);
         indices += (u64)view * view_stride;
         cum += (u64)view * view_stride;

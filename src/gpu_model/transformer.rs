@@ -380,7 +380,6 @@ pub fn block_forward(
                         table.slice(0, 1)?,
                         tokens,
                         heads,
-                        s.ws,
                     )?;
                 }
             } else {
@@ -422,8 +421,7 @@ pub fn block_forward(
                         // Never split: the keys are one frame's, and past a whole wave (1042
                         // tokens are nine 128-row tiles, 144 CTAs) four splits of two or three
                         // key tiles each cost the frame blocks 0.4 ms more than a second wave
-                        // (H200, docs/gpu-model.md "Past 1024 tokens"). The lone 18-row tile
-                        // takes its own splits (attention::tail_splits), as in DINO's kernel.
+                        // (H200, docs/gpu-model.md "Past 1024 tokens"); DINO's kernel has none.
                         1,
                         s.ws,
                     )?;

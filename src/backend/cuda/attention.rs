@@ -62,12 +62,12 @@ impl AttentionKernel {
         self.consumers() * 64
     }
 
-    /// Whether `lq` queries end in a lone query tile: in a warp-specialised kernel, a last tile
-    /// of at most 64 rows (one consumer's) after at least one full tile (1042 tokens: 18 rows).
-    /// With four consumers its consumer 0 works alone; with two the second has no rows. Its CTAs
-    /// start after every full tile's, and it takes key splits of its own ([`tail_splits`]).
+    /// Whether `lq` queries end in a lone query tile: with four consumers, a last tile of at
+    /// most 64 rows after at least one full tile (1042 tokens: 18 rows). Its consumer 0 works
+    /// alone, its CTAs start after every full tile's, and it takes key splits of its own
+    /// ([`tail_splits`]).
     fn lone_last_tile(self, lq: usize) -> bool {
-        self.warp_specialised() && lq > self.block_m() && (lq - 1) % self.block_m() < 64
+        self.consumers() == 4 && lq > self.block_m() && (lq - 1) % self.block_m() < 64
     }
 
     /// Query tiles of `lq` rows a launch's key splits are chosen for ([`choose_splits`]): all
@@ -221,13 +221,10 @@ pub const MAX_TAIL_SPLITS: usize = 8;
 /// [`MAX_TAIL_SPLITS`], in whole multiples of `n_splits` (the grid gives the tail whole columns
 /// of `n_splits` CTAs), and never fewer than `n_splits`. Without a lone tile, `n_splits`.
 ///
-/// Why: a lone tile's CTA has one working consumer (or a second one with no rows) and its
-/// producer copies the split's every key tile, so with the launch's splits it costs most of a
-/// full tile's CTA. At 1042 tokens x 16 heads the global attention's 64 full tiles run in two
-/// splits (one wave of 128 CTAs), and the 16 tails then in eight (one more wave of 128 short
-/// CTAs) instead of eight splits for all (five waves); the frame-local kernel's 128 full tiles
-/// fill one wave unsplit, and the 16 tails of 18 rows follow in eight splits each instead of a
-/// second wave of whole CTAs.
+/// Why: a lone tile's CTA has one consumer and its producer copies the split's every key tile,
+/// so with the launch's splits it costs most of a full tile's CTA. At 1042 tokens x 16 heads the
+/// 64 full tiles run in two splits (one wave of 128 CTAs), and the 16 tails then in eight (one
+/// more wave of 128 short CTAs) instead of eight splits for all (five waves).
 pub fn tail_splits(
     kernel: AttentionKernel,
     lq: usize,
@@ -241,36 +238,6 @@ pub fn tail_splits(
     }
     let fill = (slots / tail_ctas.max(1)).clamp(1, MAX_TAIL_SPLITS);
     n_splits * (fill / n_splits).max(1)
-}
-
-/// Checks that `ws` holds what a launch over `n_splits` key splits writes: the partials of its
-/// most split tile (a lone last query tile may take more splits than the others, and then has
-/// partials and tickets even where the rest has one split) and the merge tickets. Returns
-/// whether the kernel merges its splits itself (the warp-specialised ones do; the portable one
-/// leaves the partials to attention_combine).
-fn check_workspace(
-    dev: &CudaDevice,
-    kernel: AttentionKernel,
-    lq: usize,
-    heads: usize,
-    views: KeyViews,
-    n_splits: usize,
-    ws: RawWorkspace,
-) -> Result<bool, CudaError> {
-    let most_splits = launch_splits(dev, kernel, lq, heads, views, n_splits);
-    let merge_in_kernel = most_splits > 1 && kernel.warp_specialised();
-    if most_splits > 1 {
-        let (o, l, _) = RawWorkspace::elems(views.count * lq, heads, most_splits);
-        ws.part_o.check_len(o, "attention split partials")?;
-        ws.part_lse.check_len(l, "attention split LSE")?;
-    }
-    if merge_in_kernel {
-        ws.tickets.check_len(
-            views.count * RawWorkspace::tickets_used(kernel, lq, heads),
-            "attention merge tickets",
-        )?;
-    }
-    Ok(merge_in_kernel)
 }
 
 /// The most key splits any query tile of a launch takes: `n_splits`, or a lone last tile's.
@@ -533,7 +500,23 @@ pub fn paged_attention_views_raw(
         )));
     }
     let n_splits = n_splits.max(1);
-    let merge_in_kernel = check_workspace(dev, kernel, lq, heads, views, n_splits, ws)?;
+    // A lone last query tile may take more splits than the others (then it has partials and
+    // tickets even where the rest has one split).
+    let most_splits = launch_splits(dev, kernel, lq, heads, views, n_splits);
+    // The warp-specialised kernels merge their splits themselves; the portable one leaves the
+    // partials to attention_combine.
+    let merge_in_kernel = most_splits > 1 && kernel.warp_specialised();
+    if most_splits > 1 {
+        let (o, l, _) = RawWorkspace::elems(all_rows, heads, most_splits);
+        ws.part_o.check_len(o, "attention split partials")?;
+        ws.part_lse.check_len(l, "attention split LSE")?;
+    }
+    if merge_in_kernel {
+        ws.tickets.check_len(
+            views.count * RawWorkspace::tickets_used(kernel, lq, heads),
+            "attention merge tickets",
+        )?;
+    }
     if lq == 0 {
         return Ok(());
     }
@@ -589,8 +572,7 @@ pub fn has_frame_attention_from_qkv(dev: &CudaDevice) -> bool {
 /// norm or rotation (DINO). `indices`, `cum` and `n_pages` are the frame's one-page table (one
 /// page, the frame's index, keys `[0, tokens)`); the queries are that frame's rows. The kernel is
 /// [`AttentionKernel::WgmmaWs`] with another address calculation (the same tiles and rounding).
-/// `ws` takes the key splits of a lone last query tile ([`tail_splits`]; 1042 tokens); the rest
-/// is never split. Launch only: graph-capturable.
+/// Launch only: graph-capturable.
 #[allow(clippy::too_many_arguments)]
 pub fn frame_attention_from_qkv(
     dev: &CudaDevice,
@@ -602,7 +584,6 @@ pub fn frame_attention_from_qkv(
     n_pages: DevPtr<u32>,
     tokens: usize,
     heads: usize,
-    ws: RawWorkspace,
 ) -> Result<(), CudaError> {
     let width = heads * HEAD_DIM;
     let frame_elems = tokens * 3 * width;
@@ -625,11 +606,15 @@ pub fn frame_attention_from_qkv(
         n_pages,
     };
     let q = qkv.slice(frame * frame_elems, frame_elems)?;
+    let unused = RawWorkspace {
+        part_o: DevPtr::null(),
+        part_lse: DevPtr::null(),
+        tickets: DevPtr::null(),
+    };
     let one = KeyViews {
         count: 1,
         stride: 0,
     };
-    check_workspace(dev, AttentionKernel::WgmmaWs, tokens, heads, one, 1, ws)?;
     launch_fwd(
         dev,
         AttentionKernel::WgmmaWs,
@@ -643,7 +628,7 @@ pub fn frame_attention_from_qkv(
         tokens,
         heads,
         1,
-        ws,
+        unused,
     )
 }
 
@@ -765,13 +750,8 @@ mod tests {
         assert_eq!(m256.split_tiles(1089), 5);
         // A single tile is never lone (it has no full tile to go after).
         assert_eq!(m256.split_tiles(37), 1);
-        // The two-consumer kernels' 128-row tiles: 1042 is eight and 18 rows, 1005 eight with
-        // the last of 109 rows (two consumers' work).
-        assert_eq!(AttentionKernel::WgmmaWs.split_tiles(1042), 8);
-        assert_eq!(AttentionKernel::WgmmaWsN192.split_tiles(1042), 8);
-        assert_eq!(AttentionKernel::WgmmaWs.split_tiles(1005), 8);
-        // The portable kernel has none.
-        assert_eq!(AttentionKernel::MmaSync.split_tiles(1042), 9);
+        // The two-consumer kernels have no lone tile.
+        assert_eq!(AttentionKernel::WgmmaWs.split_tiles(1042), 9);
         // One view of 16 heads: eight splits fill 132 SMs with 128 tail CTAs, in whole
         // multiples of the launch's splits; two views (32 tail CTAs a split): four.
         assert_eq!(tail_splits(m256, 1042, 2, 16, 132), 8);
@@ -786,10 +766,7 @@ mod tests {
         assert_eq!(tail_splits(m256, 1042, 1, 200, 132), 1);
         // No lone tile: the launch's splits.
         assert_eq!(tail_splits(m256, 1005, 2, 16, 132), 2);
-        assert_eq!(tail_splits(AttentionKernel::WgmmaWs, 1005, 1, 16, 132), 1);
-        assert_eq!(tail_splits(AttentionKernel::MmaSync, 1042, 1, 16, 264), 1);
-        // Frame-local attention at 1042 tokens: never split, but its tail in eight.
-        assert_eq!(tail_splits(AttentionKernel::WgmmaWs, 1042, 1, 16, 132), 8);
+        assert_eq!(tail_splits(AttentionKernel::WgmmaWs, 1042, 1, 16, 132), 1);
     }
 
     #[test]
