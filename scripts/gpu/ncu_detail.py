@@ -52,11 +52,18 @@ def main(path):
     launches = defaultdict(set)
     seen = {}
     for r in rows[header_at + 1:]:
-        if len(r) != len(col):
+        # Metric rows stop after the value; only rule rows fill the rule columns.
+        if len(r) <= col["Metric Value"]:
             continue
         name = re.sub(r"^void\s+", "", r[col["Kernel Name"]]).split("(")[0].strip()[:60]
         metric, unit, value = r[col["Metric Name"]], r[col["Metric Unit"]], r[col["Metric Value"]]
-        seen.setdefault(metric, (r[col["Section Name"]], unit))
+        # One name may come in two sections with two units ("Memory Throughput": % of peak in
+        # the speed of light, bytes a second in the memory workload): the first unit seen keeps
+        # the name, the other gets its unit appended.
+        first = seen.setdefault(metric, (r[col["Section Name"]], unit))
+        if first[1] != unit:
+            metric = f"{metric} ({unit})"
+            seen.setdefault(metric, (r[col["Section Name"]], unit))
         launches[name].add(r[col["ID"]])
         v = number(value)
         if v is None:
