@@ -21,6 +21,9 @@
 #   detail      Nsight Compute sections (throughput, occupancy, pipes) of the GEMMs, frame-local
 #               attention, LayerNorms, q/k/v split and camera-head sweeps of that frame
 #               (scripts/gpu/ncu_detail.py)
+#   stalls      Nsight Compute's full set (warp stall reasons, pipes) over the first launches of
+#               the frame-local attention, the GEMMs, the residual LayerNorm, the q/k/v split, the
+#               camera head's sweeps and the DPT im2col (scripts/gpu/ncu_stalls.py)
 #   10k         bench e2e --frames 10000 (about 5.5 minutes: alone in a call)
 # E2E_ARGS adds arguments to every bench e2e run (e.g. E2E_ARGS="--kernel ws-m256").
 # VARIANT="NAME=VALUE" runs the new build a third time with that environment setting (e2e,
@@ -32,7 +35,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 if [ $# -eq 0 ] || [ "$1" = --help ] || [ "$1" = -h ]; then
-  sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 OUT=${OUT:-/tmp/gpu-out}
@@ -195,6 +198,26 @@ step_detail() {
     || failed+=(detail-table)
 }
 
+# Nsight Compute's full set (warp stall reasons, pipes, memory) over the first launches of each
+# family in streaming frame 30 of 40, one process a family (a frame's launches come in order:
+# DINO first, the camera head last): about 40 s a family on an H100.
+step_stalls() {
+  local ncu spec name count
+  ncu=$(find_ncu)
+  [ -n "$ncu" ] || { note "stalls: ncu not found"; failed+=(stalls); return; }
+  for spec in paged_attention_fwd_sm90_ws_qkv:2 nvjet:4 residual_layer_norm_1024:2 \
+    qkv_split_norm_rope:2 cam_sweep_k:4 dpt_im2col3x3:2; do
+    name=${spec%%:*}
+    count=${spec##*:}
+    note "stalls: $name, $count launches"
+    timeout 150 "$ncu" --profile-from-start off --kernel-name "regex:^$name" --launch-count "$count" \
+      --set full --csv --page raw --print-units base --log-file "$logs/ncu-full-$name.csv" \
+      "$bin/streamrecon" bench e2e --frames 40 --in-flight 1 --profiler-frame 30 --profile-frames 0 \
+      "${e2e_extra[@]}" >"$logs/ncu-full-$name.log" 2>&1 || { note "stalls $name failed"; failed+=("stalls:$name"); }
+  done
+  python3 scripts/gpu/ncu_stalls.py "$logs"/ncu-full-*.csv >"$logs/ncu-stalls.txt" 2>&1 || failed+=(stalls-table)
+}
+
 unpack
 for s in "$@"; do
   case "$s" in
@@ -206,6 +229,7 @@ for s in "$@"; do
     anchors) step_anchors ;;
     profile) step_profile ;;
     detail) step_detail ;;
+    stalls) step_stalls ;;
     10k)
       note "e2e 10k"
       timeout 560 "$bin/streamrecon" bench e2e --frames 10000 --profile-frames 0 "${e2e_extra[@]}" \
@@ -218,6 +242,7 @@ done
 python3 scripts/gpu/summary.py "$logs" >"$OUT/summary.txt" 2>&1
 [ -f "$logs/ncu-families.txt" ] && cat "$logs/ncu-families.txt" >>"$OUT/summary.txt"
 [ -f "$logs/ncu-detail.txt" ] && cat "$logs/ncu-detail.txt" >>"$OUT/summary.txt"
+[ -f "$logs/ncu-stalls.txt" ] && cat "$logs/ncu-stalls.txt" >>"$OUT/summary.txt"
 if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}" >>"$OUT/summary.txt"; fi
 tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$logs"
 cat "$OUT/summary.txt"
