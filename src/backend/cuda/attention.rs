@@ -240,17 +240,31 @@ pub fn tail_splits(
     n_splits * (fill / n_splits).max(1)
 }
 
-/// The most key splits any query tile of a launch takes: `n_splits`, or a lone last tile's.
-fn launch_splits(
-    dev: &CudaDevice,
-    kernel: AttentionKernel,
-    lq: usize,
-    heads: usize,
-    views: KeyViews,
-    n_splits: usize,
-) -> usize {
-    let slots = dev.info.sm_count as usize * kernel.ctas_per_sm();
-    tail_splits(kernel, lq, n_splits, heads * views.count, slots)
+/// The key splits of one launch: `each` for the full query tiles, `most` for any tile (a lone
+/// last tile may take more). Worked out once per launch and handed down, so the workspace
+/// checks and the grid agree by construction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LaunchSplits {
+    each: usize,
+    most: usize,
+}
+
+impl LaunchSplits {
+    fn of(
+        dev: &CudaDevice,
+        kernel: AttentionKernel,
+        lq: usize,
+        heads: usize,
+        views: KeyViews,
+        n_splits: usize,
+    ) -> Self {
+        let each = n_splits.max(1);
+        let slots = dev.info.sm_count as usize * kernel.ctas_per_sm();
+        Self {
+            each,
+            most: tail_splits(kernel, lq, each, heads * views.count, slots),
+        }
+    }
 }
 
 /// Scratch for split-KV partial results; grows on demand (size it once up front to keep it fixed).
@@ -358,7 +372,7 @@ pub fn paged_attention(
         dev,
         lq,
         heads,
-        launch_splits(dev, kernel, lq, heads, one, n_splits),
+        LaunchSplits::of(dev, kernel, lq, heads, one, n_splits).most,
     )?;
     let raw = RawPagedKv {
         pool: DevPtr::of(&kv.pool),
@@ -499,10 +513,10 @@ pub fn paged_attention_views_raw(
             kv.page_size
         )));
     }
-    let n_splits = n_splits.max(1);
     // A lone last query tile may take more splits than the others (then it has partials and
     // tickets even where the rest has one split).
-    let most_splits = launch_splits(dev, kernel, lq, heads, views, n_splits);
+    let splits = LaunchSplits::of(dev, kernel, lq, heads, views, n_splits);
+    let (n_splits, most_splits) = (splits.each, splits.most);
     // The warp-specialised kernels merge their splits themselves; the portable one leaves the
     // partials to attention_combine.
     let merge_in_kernel = most_splits > 1 && kernel.warp_specialised();
@@ -533,7 +547,7 @@ pub fn paged_attention_views_raw(
         views,
         lq,
         heads,
-        n_splits,
+        splits,
         ws,
     )?;
     if n_splits > 1 && !merge_in_kernel {
@@ -615,9 +629,10 @@ pub fn frame_attention_from_qkv(
         count: 1,
         stride: 0,
     };
+    let kernel = AttentionKernel::WgmmaWs;
     launch_fwd(
         dev,
-        AttentionKernel::WgmmaWs,
+        kernel,
         QKV_ENTRY,
         log2_query_scale(HEAD_DIM),
         0.0,
@@ -627,13 +642,13 @@ pub fn frame_attention_from_qkv(
         one,
         tokens,
         heads,
-        1,
+        LaunchSplits::of(dev, kernel, tokens, heads, one, 1),
         unused,
     )
 }
 
 /// One launch of an attention kernel's entry `entry` (the kernel's own, or a variant with its
-/// launch shape) over `n_splits` key splits; `scale_log2` takes `q·k` to the log2 domain and
+/// launch shape) over `splits` key splits; `scale_log2` takes `q·k` to the log2 domain and
 /// `offset_log2` is the fixed softmax offset of the entries that take one (the others ignore it).
 #[allow(clippy::too_many_arguments)]
 fn launch_fwd(
@@ -648,14 +663,13 @@ fn launch_fwd(
     views: KeyViews,
     lq: usize,
     heads: usize,
-    n_splits: usize,
+    splits: LaunchSplits,
     ws: RawWorkspace,
 ) -> Result<(), CudaError> {
     let fwd = dev.kernels.get(entry)?;
     // A lone last tile's extra splits are extra grid columns of n_splits CTAs each, after the
     // full tiles' (the kernel's ws_tile maps them).
-    let n_splits = n_splits.max(1);
-    let most_splits = launch_splits(dev, kernel, lq, heads, views, n_splits);
+    let (n_splits, most_splits) = (splits.each, splits.most);
     let columns = if most_splits > n_splits {
         kernel.split_tiles(lq) + most_splits / n_splits
     } else {
