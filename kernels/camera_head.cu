@@ -681,20 +681,17 @@ LIN_ENTRY(cam_linear3_m1, 1, 3, 4)
 LIN_ENTRY(cam_linear3_m2, 2, 3, 4)
 LIN_ENTRY(cam_linear3_m4, 4, 3, 4)
 LIN_ENTRY(cam_linear3_m8, 8, 3, 4)
-// Sweep entry points (M rows, k = 2048 R, at least MIN_CTAS resident an SM): grid = (CTAs, 1),
-// the columns split evenly over them, at most SWEEP_MAX_ROWS a CTA; dynamic shared memory as
-// the general entries. The one-row k = 2048 sweep is held to 64 registers (four CTAs an SM, as
-// the k = 8192 one has by itself; 72 registers gave three): its weight stream is bounded by the
-// bytes in flight, a third more with a fourth CTA (no spills).
-#define LIN_SWEEP_ENTRY(name, M, R, MIN_CTAS)                                                \
-    extern "C" __global__ void __launch_bounds__(LIN_THREADS, MIN_CTAS) name(const LinArgs a) { \
-        extern __shared__ __align__(16) u16 lin_xs[];                                        \
-        linear_body<M, 1, 4, R>(a, lin_xs);                                                  \
+// Sweep entry points (M rows, k = 2048 R): grid = (CTAs, 1), the columns split evenly over
+// them, at most SWEEP_MAX_ROWS a CTA; dynamic shared memory as the general entries.
+#define LIN_SWEEP_ENTRY(name, M, R)                                                   \
+    extern "C" __global__ void __launch_bounds__(LIN_THREADS, 2) name(const LinArgs a) { \
+        extern __shared__ __align__(16) u16 lin_xs[];                                 \
+        linear_body<M, 1, 4, R>(a, lin_xs);                                           \
     }
-LIN_SWEEP_ENTRY(cam_sweep_k2048, 1, 1, 4)
-LIN_SWEEP_ENTRY(cam_sweep_k8192, 1, 4, 2)
-LIN_SWEEP_ENTRY(cam_sweep2_k2048, 2, 1, 2)
-LIN_SWEEP_ENTRY(cam_sweep2_k8192, 2, 4, 2)
+LIN_SWEEP_ENTRY(cam_sweep_k2048, 1, 1)
+LIN_SWEEP_ENTRY(cam_sweep_k8192, 1, 4)
+LIN_SWEEP_ENTRY(cam_sweep2_k2048, 2, 1)
+LIN_SWEEP_ENTRY(cam_sweep2_k8192, 2, 4)
 
 // ---------------------------------------------------------------------------------------------
 // Attention of the frames' queries over cache[0 .. cache_len) followed by the current frames'
