@@ -200,8 +200,8 @@ step_detail() {
 
 # Nsight Compute's full set (warp stall reasons, pipes, memory) over the first launches of each
 # family in streaming frame 30 of 40, one process a family (a frame's launches come in order:
-# DINO first, the camera head last). Not yet timed on a device: expect a bench start (about
-# 20 s) and a few seconds of replays a launch per family.
+# DINO first, the camera head last). About 15 s a family on an H100 (2026-12-07: the six in
+# 90 s), most of it the bench's start.
 step_stalls() {
   local ncu spec name count
   ncu=$(find_ncu)
