@@ -5,7 +5,8 @@
 
 Each NCU_RAW_CSV is what `ncu --set full --csv --page raw --print-units base` wrote
 (scripts/gpu/run.sh stalls: the first launches of one kernel family in a steady frame). Launches
-of one kernel name are averaged. Per kernel: duration, issue activity, the tensor, FMA and
+of one kernel name are averaged (each launch's duration and grid are listed, since one entry point
+may serve several shapes, as the camera head's sweep does). Per kernel: duration, issue activity, the tensor, FMA and
 exponential pipes, memory, occupancy, and the warp stall reasons in cycles per issued
 instruction, largest first (what a warp waits on between two of its instructions).
 """
@@ -40,7 +41,7 @@ def number(text):
         return None
 
 
-def read(path, sums, launches):
+def read(path, sums, launches, shapes):
     with open(path, newline="") as f:
         rows = list(csv.reader(l for l in f if l.startswith('"')))
     if len(rows) < 2:
@@ -57,6 +58,10 @@ def read(path, sums, launches):
             continue
         name = re.sub(r"^void\s+", "", r[name_at]).split("(")[0].strip()[:60]
         launches[name] += 1
+        grid_at = col.get("Grid Size")
+        us = number(r[col["gpu__time_duration.sum"]]) if "gpu__time_duration.sum" in col else None
+        shapes[name].append((us / 1e3 if us is not None else None,
+                             r[grid_at].replace(" ", "") if grid_at is not None else "?"))
         for metric, i in col.items():
             v = number(r[i])
             if v is not None:
@@ -66,8 +71,9 @@ def read(path, sums, launches):
 def main(paths):
     sums = defaultdict(lambda: defaultdict(list))
     launches = defaultdict(int)
+    shapes = defaultdict(list)
     for p in paths:
-        read(p, sums, launches)
+        read(p, sums, launches, shapes)
     if not sums:
         sys.exit("no launches in " + ", ".join(paths))
     mean = lambda vals: sum(vals) / len(vals)
@@ -76,7 +82,9 @@ def main(paths):
     for name in sorted(sums, key=lambda n: -mean(sums[n].get("gpu__time_duration.sum", [0]))):
         m = sums[name]
         print()
-        print(f"{name} ({launches[name]} launches)")
+        each = ", ".join(f"{us:.1f} us grid {grid}" if us is not None else f"grid {grid}"
+                         for us, grid in shapes[name])
+        print(f"{name} ({launches[name]} launches: {each})")
         cells = []
         for title, metric in SUMMARY:
             if metric in m:
