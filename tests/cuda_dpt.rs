@@ -1,8 +1,9 @@
 //! The DPT head on the GPU against the CPU f32 model on random weights and inputs: each conv
 //! building block (3x3 s1/s2, 1x1, k4s4/k2s2 transposed), bilinear resize, LayerNorm and adds;
-//! the whole head at the gct-tiny configuration and with the released checkpoint's channel widths
-//! on a small patch grid; the fused end of the head against the CPU and the general path; and
-//! the point compactor against `unproject_to_world` + `filter_points`
+//! the Hopper implicit-GEMM 3x3 conv against the CPU and the im2col path; the whole head at the
+//! gct-tiny configuration and with the released checkpoint's channel widths on a small patch grid
+//! and on one large enough for the implicit-GEMM convs; the fused end of the head against the CPU
+//! and the general path; and the point compactor against `unproject_to_world` + `filter_points`
 //! (same count, same order). Skips with a printed reason where there is no GPU (CI).
 
 mod common;
@@ -13,7 +14,8 @@ use rand_distr::{Distribution, Normal};
 use streamrecon::backend::cuda::CudaDevice;
 use streamrecon::backend::cuda::arena::DevPtr;
 use streamrecon::backend::cuda::conv::{self, Nhwc, UvTable};
-use streamrecon::backend::cuda::gemm::Gemm;
+use streamrecon::backend::cuda::conv_sm90::ImplicitConv;
+use streamrecon::backend::cuda::gemm::{Epilogue, Gemm};
 use streamrecon::backend::cuda::output_conv;
 use streamrecon::backend::cuda::storage::{Device, DevicePlacement};
 use streamrecon::gpu_model::dpt_head::{GpuDptHead, Taps};
@@ -198,6 +200,157 @@ fn conv_blocks_match_cpu() {
             }
         }
     }
+}
+
+/// The Hopper implicit-GEMM 3x3 conv, both tile widths, against the CPU on maps of any size:
+/// two frames of an odd size (a partial last pixel tile, windows at every border, tiles that
+/// cross the frames' boundary), strides 1 and 2, a rectified input or not, with and without a
+/// bias, two 64-channel slices a tap.
+#[test]
+fn implicit_conv_matches_cpu() {
+    let Some((dev, _gemm)) = device() else {
+        return;
+    };
+    if dev.info.arch != 90 {
+        eprintln!("skipping: the implicit-GEMM conv is built for Hopper (sm_90a) alone");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(5);
+    let (cin, h, w) = (128, 13, 10);
+    for (cout, stride, bias) in [(256, 1, true), (128, 2, true), (256, 2, false)] {
+        let c = random_conv(&mut rng, cin, cout, (3, stride, 1), bias);
+        let xs = [
+            random_map(&mut rng, cin, h, w),
+            random_map(&mut rng, cin, h, w),
+        ];
+        let dc = DevicePlacement::new(&dev).conv2d(&c).expect("upload conv");
+        let both: Vec<f32> = xs.iter().flat_map(to_hwc).collect();
+        let xd = conv::upload_bf16(&dev, &both).expect("upload");
+        for relu in [false, true] {
+            let want: Vec<Vec<f32>> = xs
+                .iter()
+                .map(|x| {
+                    let mut xin = x.clone();
+                    if relu {
+                        xin.data.iter_mut().for_each(|v| *v = v.max(0.0));
+                    }
+                    to_hwc(&c.forward(&xin))
+                })
+                .collect();
+            let one = want[0].len();
+            for tile_channels in [256, 128] {
+                let implicit = ImplicitConv { tile_channels };
+                if !implicit.implements(&dc, dev.info.arch) {
+                    continue;
+                }
+                for frames in [1, 2] {
+                    let y = alloc(&dev, frames * one);
+                    let d = implicit
+                        .forward(
+                            &dev,
+                            &dc,
+                            DevPtr::of(&xd),
+                            frames,
+                            Nhwc::new(h, w, cin),
+                            relu,
+                            DevPtr::of(&y),
+                        )
+                        .expect("implicit conv");
+                    assert_eq!(d.c, cout);
+                    let got = download(&dev, &y, frames * one);
+                    for f in 0..frames {
+                        check(
+                            &format!(
+                                "implicit conv {cin}->{cout} s{stride} bias {bias} relu {relu} \
+                                 tile {tile_channels} frame {f} of {frames}"
+                            ),
+                            &got[f * one..(f + 1) * one],
+                            &want[f],
+                            OP_TOLERANCE,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A level-0 residual unit's conv at 518x378 (148 x 108 pixels, 256 -> 256, rectified input):
+/// `DeviceConv::forward` takes the implicit-GEMM kernel there on Hopper, and it agrees with the
+/// im2col + cuBLASLt path it replaces.
+#[test]
+fn implicit_conv_matches_im2col_at_full_size() {
+    let Some((dev, mut gemm)) = device() else {
+        return;
+    };
+    if dev.info.arch != 90 {
+        eprintln!("skipping: the implicit-GEMM conv is built for Hopper (sm_90a) alone");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(6);
+    let (cin, cout, h, w) = (256, 256, 108, 148);
+    let c = random_conv(&mut rng, cin, cout, (3, 1, 1), true);
+    let dc = DevicePlacement::new(&dev).conv2d(&c).expect("upload conv");
+    let x = random_map(&mut rng, cin, h, w);
+    let xd = conv::upload_bf16(&dev, &to_hwc(&x)).expect("upload");
+    let inp = Nhwc::new(h, w, cin);
+    let out = dc.out_dims(h, w);
+    assert_eq!(
+        ImplicitConv::plan(&dc, &dev.info, 1, out),
+        Some(ImplicitConv { tile_channels: 256 }),
+        "the implicit kernel should take a level-0 conv on {} SMs",
+        dev.info.sm_count
+    );
+    let n = out.len();
+    // The path forward takes now (no columns needed) ...
+    let y = alloc(&dev, n);
+    let empty = alloc(&dev, 8);
+    dc.forward(
+        &dev,
+        &mut gemm,
+        DevPtr::of(&xd),
+        1,
+        (h, w),
+        true,
+        DevPtr::of(&empty),
+        DevPtr::of(&y),
+    )
+    .expect("conv forward");
+    // ... against im2col + the GEMM, as forward ran it before.
+    let kk = 9 * cin;
+    let cols = alloc(&dev, out.pixels() * kk);
+    let y_ref = alloc(&dev, n);
+    conv::im2col3x3(
+        &dev,
+        DevPtr::of(&xd),
+        inp,
+        1,
+        1,
+        0,
+        out.h,
+        true,
+        DevPtr::of(&cols),
+    )
+    .expect("im2col");
+    let bias = dc.bias.as_ref().map(|b| DevPtr::of(&b.bf16));
+    gemm.linear(
+        &dev,
+        DevPtr::of(&cols),
+        DevPtr::of(&dc.weight),
+        bias,
+        DevPtr::of(&y_ref),
+        out.pixels(),
+        cout,
+        kk,
+        Epilogue::Bias,
+    )
+    .expect("im2col GEMM");
+    check(
+        "level-0 conv, implicit against im2col + GEMM",
+        &download(&dev, &y, n),
+        &download(&dev, &y_ref, n),
+        OP_TOLERANCE,
+    );
 }
 
 #[test]
@@ -759,6 +912,18 @@ fn dpt_head_tiny_matches_cpu() {
 fn dpt_head_full_channels_small_grid_matches_cpu() {
     // The released widths (2048 in, 256 features, [256, 512, 1024, 1024]) on 8x10 patches.
     head_case(&ModelConfig::default(), 8 * 14, 10 * 14, 20);
+}
+
+#[test]
+fn dpt_head_full_channels_implicit_convs_match_cpu() {
+    // The released widths on 22x24 patches: level 0 is 88 x 96 pixels, 66 tiles of 128, so on
+    // Hopper its layer_rn and residual-unit convs and output_conv1 (176 x 192) take the
+    // implicit-GEMM kernel (half a wave of 132 SMs), the coarser levels im2col + cuBLASLt. The
+    // CPU head at this size is some 150 GFLOP: not worth spending where no GPU can be compared.
+    if device().is_none() {
+        return;
+    }
+    head_case(&ModelConfig::default(), 22 * 14, 24 * 14, 21);
 }
 
 struct PointsCase {

@@ -18,6 +18,7 @@ use half::bf16;
 
 use crate::backend::cuda::arena::DevPtr;
 use crate::backend::cuda::conv::{self, DeviceConv, Nhwc, UvTable, upload_f32};
+use crate::backend::cuda::conv_sm90::ImplicitConv;
 use crate::backend::cuda::gemm::Gemm;
 use crate::backend::cuda::output_conv;
 use crate::backend::cuda::storage::Device;
@@ -188,7 +189,12 @@ impl GpuDptHead {
         // Shapes along the way, to size every buffer.
         let mut cols = 0usize;
         let mut cols_row = 0usize;
+        // A conv that is one implicit-GEMM launch for a single frame is one for more frames too
+        // (more pixel tiles): it needs no columns.
         let mut note_conv = |c: &DeviceConv, h: usize, w: usize| {
+            if c.kernel == 3 && ImplicitConv::plan(c, &dev.info, 1, c.out_dims(h, w)).is_some() {
+                return;
+            }
             cols = cols.max((batch * c.cols_for(h, w)).min(COLS_BUDGET));
             cols_row = cols_row.max(c.cols_per_row(w));
         };

@@ -16,6 +16,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::arena::DevPtr;
+use super::conv_sm90::ImplicitConv;
 use super::gemm::{Epilogue, Gemm};
 use super::storage::DeviceBias;
 use super::{CudaDevice, CudaError};
@@ -547,8 +548,10 @@ impl DeviceConv {
     }
 
     /// `y = conv(relu(x) if relu_input else x)` of each of `frames` maps; x `[frames][h][w][cin]`,
-    /// y `[frames][oh][ow][cout]`. A 3x3 conv goes through `cols` in as many output-row chunks as
-    /// its length requires (the rows of all frames, in turn); a call's frames share its GEMMs.
+    /// y `[frames][oh][ow][cout]`. A 3x3 conv is one implicit-GEMM launch where
+    /// [`ImplicitConv::plan`] says so (Hopper, large maps), else it goes through `cols` in as many
+    /// output-row chunks as its length requires (the rows of all frames, in turn); a call's frames
+    /// share its GEMMs.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -590,6 +593,9 @@ impl DeviceConv {
                 epilogue,
             )?;
             return Ok(out);
+        }
+        if let Some(implicit) = ImplicitConv::plan(self, &dev.info, frames, out) {
+            return implicit.forward(dev, self, x, frames, inp, relu_input, y);
         }
         let per_row = self.cols_per_row(w);
         let out_rows = frames * out.h;

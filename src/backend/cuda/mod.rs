@@ -13,6 +13,7 @@
 pub mod arena;
 pub mod attention;
 pub mod conv;
+pub mod conv_sm90;
 pub mod device;
 mod error;
 pub mod gemm;

@@ -11,9 +11,9 @@ use super::CudaError;
 use crate::model::spec;
 
 /// The headers every kernel file may include, by the name it includes them with: the shared
-/// helpers, the mma.sync helpers, and the model's constants rendered as build.rs renders them
-/// for nvcc.
-fn headers() -> [(&'static str, String); 3] {
+/// helpers, the mma.sync helpers, the Hopper (wgmma, mbarrier) helpers, and the model's
+/// constants rendered as build.rs renders them for nvcc.
+fn headers() -> [(&'static str, String); 4] {
     [
         (
             "common.cuh",
@@ -22,6 +22,10 @@ fn headers() -> [(&'static str, String); 3] {
         (
             "mma.cuh",
             include_str!("../../../kernels/mma.cuh").to_owned(),
+        ),
+        (
+            "sm90.cuh",
+            include_str!("../../../kernels/sm90.cuh").to_owned(),
         ),
         ("spec.cuh", spec::cuda_header()),
     ]

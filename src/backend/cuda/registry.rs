@@ -143,6 +143,12 @@ pub const SOURCES: &[KernelSource] = &[
         hopper_only: false,
     },
     KernelSource {
+        name: "conv_sm90",
+        source: include_str!("../../../kernels/conv_sm90.cu"),
+        functions: &["dpt_conv3x3_sm90_n256", "dpt_conv3x3_sm90_n128"],
+        hopper_only: true,
+    },
+    KernelSource {
         name: "paged_attention_sm90_ws",
         source: include_str!("../../../kernels/paged_attention_sm90_ws.cu"),
         // Beside the kernels of the attention table: the frame-local one reading q/k/v rows, and
