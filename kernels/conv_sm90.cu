@@ -13,7 +13,7 @@
 //                GEMM's K = 9 cin is walked tap by tap. Per slice it copies the tile's 128 pixel
 //                rows (zero-filled where the tap leaves the map or past the last pixel) and its BN
 //                weight rows with cp.async into a ring of STAGES stages (the 128-byte swizzle the
-//                wgmma descriptors read), and announces a stage on its `full` mbarrier CONV_LAG
+//                wgmma descriptors read), and announces a stage on its `full` mbarrier LAG
 //                slices behind the copies (rectifying its own chunks of the pixel rows first when
 //                the input is rectified: the residual units' ReLU); a stage is refilled once every
 //                consumer thread arrived on its `empty` mbarrier.
@@ -27,9 +27,6 @@
 #include "common.cuh"
 #include "sm90.cuh"
 
-// Slices between a stage's copies and its announcement (three slices of copies in flight a
-// producer thread), as the attention kernels' producers do.
-#define CONV_LAG 2
 // Pixel rows of a CTA: two consumer warpgroups of 64.
 #define CONV_BM 128
 
@@ -40,6 +37,13 @@ struct ConvTile {
     static constexpr u32 STAGE_BYTES = A_BYTES + B_BYTES;
     // As many stages as fit in 192 KB: four for BN 256, six for BN 128.
     static constexpr u32 STAGES = (192 * 1024) / STAGE_BYTES;
+    // Slices between a stage's copies and its announcement, as the attention kernels' producers
+    // do: LAG + 1 slices of copies in flight a producer thread. The producer waits for the
+    // release of slice s - STAGES before copying slice s, which needs slice s - STAGES + 1
+    // announced, so LAG <= STAGES - 2; with four stages one slice keeps two ready ahead of the
+    // consumers (the 192-key attention kernel's choice), with six two.
+    static constexpr u32 LAG = STAGES >= 6 ? 2 : 1;
+    static_assert(LAG + 2 <= STAGES, "the producer would wait for a slice it has not announced");
 };
 
 template <int BN>
@@ -132,8 +136,8 @@ __device__ __forceinline__ void conv_producer(u32 tid, u32 ring, u32 bar_full, u
 #pragma unroll
         for (int i = 0; i < B_ROWS; ++i) cp_async_16(dst + T::A_BYTES + i * 2048, wsrc + (u64)i * 16 * k_len, true);
         cp_async_commit();
-        if (s >= CONV_LAG) {
-            cp_async_wait<CONV_LAG>();
+        if (s >= T::LAG) {
+            cp_async_wait<T::LAG>();
             announce_stage(announce);
             if (++announce == T::STAGES) announce = 0;
         }
@@ -150,7 +154,7 @@ __device__ __forceinline__ void conv_producer(u32 tid, u32 ring, u32 bar_full, u
         }
     }
     cp_async_wait<0>();
-    for (u32 s = slices > CONV_LAG ? slices - CONV_LAG : 0; s < slices; ++s) {
+    for (u32 s = slices > T::LAG ? slices - T::LAG : 0; s < slices; ++s) {
         announce_stage(announce);
         if (++announce == T::STAGES) announce = 0;
     }
