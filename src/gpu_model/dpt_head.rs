@@ -192,7 +192,7 @@ impl GpuDptHead {
         // A conv that is one implicit-GEMM launch for a single frame is one for more frames too
         // (more pixel tiles): it needs no columns.
         let mut note_conv = |c: &DeviceConv, h: usize, w: usize| {
-            if c.kernel == 3 && ImplicitConv::plan(c, &dev.info, 1, c.out_dims(h, w)).is_some() {
+            if ImplicitConv::plan(c, &dev.info, 1, c.out_dims(h, w)).is_some() {
                 return;
             }
             cols = cols.max((batch * c.cols_for(h, w)).min(COLS_BUDGET));

@@ -134,8 +134,8 @@ impl ImplicitConv {
             }
             None => 0,
         };
-        // The kernel indexes a map's and the weight's elements in 32 bits after the frame's
-        // 64-bit base.
+        // The kernel's contract: its window arithmetic is 32-bit, so a map's elements (and,
+        // to keep the contract one rule, the weight's) stay below 2^31.
         let fits = |n: usize, what: &str| {
             u32::try_from(n)
                 .ok()
@@ -187,7 +187,7 @@ impl ImplicitConv {
             .arg(&relu);
         // SAFETY: arguments match the entry point's; input, output, weight ([cout][3][3][cin])
         // and bias were checked against the shapes above, the shapes against the kernel's
-        // contract (plan: cin a multiple of 64, cout of the tile) and its 32-bit indices.
+        // contract (`implements`: cin a multiple of 64, cout of the tile) and its 32-bit indices.
         unsafe { b.launch(cfg) }?;
         Ok(out)
     }
