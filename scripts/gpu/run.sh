@@ -5,6 +5,9 @@
 #   bash scripts/gpu/run.sh STEP [STEP ...]
 #
 # Steps, in the order given:
+#   smoke       SMOKE="EXECUTABLE FILTER" (e.g. "cuda_dpt implicit_conv"): that staged test
+#               executable's tests whose names contain FILTER, 90 s at most; if they fail or hang,
+#               no later step runs (a new kernel's hang then costs 90 s of the call, not all of it)
 #   tests       every staged GPU test executable, with STREAMRECON_REQUIRE_GPU set: a test that
 #               cannot use the GPU fails, and any other skip fails the step
 #   e2e         bench e2e --frames 300, one frame a step; with a staged baseline the two builds
@@ -35,7 +38,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 if [ $# -eq 0 ] || [ "$1" = --help ] || [ "$1" = -h ]; then
-  sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 OUT=${OUT:-/tmp/gpu-out}
@@ -73,10 +76,37 @@ build_cmd() {  # build: sets cmd to the command that runs it ("variant": the new
   if [ "$1" = variant ]; then cmd=(env "$VARIANT" "$bin/streamrecon"); else cmd=("$bin/$1"); fi
 }
 
+tests_unpacked=0
+unpack_tests() {  # the staged test executables into $bin/tests, once a run (a warm machine may
+  # still hold an earlier call's)
+  [ -f .gpu/tests.tar.xz ] || { note "tests: .gpu/tests.tar.xz missing (staged with --no-tests?)"; return 1; }
+  [ "$tests_unpacked" = 1 ] && return 0
+  rm -rf "$bin/tests" && mkdir -p "$bin/tests" && tar -C "$bin/tests" -xJf .gpu/tests.tar.xz || return 1
+  tests_unpacked=1
+}
+
+step_smoke() {  # fails (and the run stops) unless SMOKE's tests pass
+  local exe filter t rc
+  read -r exe filter <<<"${SMOKE:-}"
+  [ -n "$exe" ] && [ -n "$filter" ] || { note "smoke: SMOKE=\"EXECUTABLE FILTER\" not set"; failed+=(smoke); return 1; }
+  unpack_tests || { failed+=(smoke); return 1; }
+  t="$bin/tests/$exe"
+  [ -x "$t" ] || { note "smoke: no staged test executable '$exe'"; failed+=(smoke); return 1; }
+  note "smoke: $exe, tests matching '$filter'"
+  STREAMRECON_FIXTURES=$PWD/.gpu/fixtures STREAMRECON_REQUIRE_FIXTURES=1 STREAMRECON_REQUIRE_GPU=1 \
+    timeout 90 "$t" "$filter" --test-threads=1 --nocapture >"$logs/smoke-$exe.log" 2>&1
+  rc=$?
+  note "smoke $exe '$filter': rc $rc, $(grep -h '^test result' "$logs/smoke-$exe.log" | tail -1)"
+  # A filter that matches nothing passes vacuously: that is a mistake in SMOKE, not a pass.
+  if [ "$rc" = 0 ] && ! grep -q '^test result: ok\. [1-9]' "$logs/smoke-$exe.log"; then
+    note "smoke: no test matched '$filter'"
+    rc=1
+  fi
+  [ "$rc" = 0 ] || { failed+=("smoke:$exe"); return 1; }
+}
+
 step_tests() {
-  [ -f .gpu/tests.tar.xz ] || { note "tests: .gpu/tests.tar.xz missing (staged with --no-tests?)"; failed+=(tests); return; }
-  mkdir -p "$bin/tests"
-  tar -C "$bin/tests" -xJf .gpu/tests.tar.xz
+  unpack_tests || { failed+=(tests); return; }
   local t name rc ok=0 bad=0 skipped
   for t in "$bin/tests"/*; do
     name=$(basename "$t")
@@ -222,6 +252,7 @@ step_stalls() {
 unpack
 for s in "$@"; do
   case "$s" in
+    smoke) step_smoke || { note "smoke failed: the steps after it are not run"; break; } ;;
     tests) step_tests ;;
     e2e) e2e_runs one ;;
     pairs) e2e_runs pairs --frames-per-step 2 ;;
